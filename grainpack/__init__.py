@@ -1,0 +1,83 @@
+"""grainpack: deterministic, resumable, packed and mixed LM batches from memmapped shards.
+
+::
+
+    corpus dirs ──open_corpus──▶ TokenShardSource (Grain RandomAccessDataSource)
+    slot s ──mix──▶ (source j, occurrence o) ──epochs──▶ (epoch e, row r) ──plan──▶ spans
+    spans ──read──▶ {inputs, targets, segment_ids, positions, loss_mask}
+    slot s ──shard──▶ process s % P;  Grain element = one per-process batch;  state = step
+
+Every batch is a pure function of (config, global step): the iterator state is the step,
+restores are exact and elastic, and the batches do not depend on process or worker counts.
+"""
+
+from grainpack.batches import PipelineBatches
+from grainpack.checkpoint import CheckpointRestore, CheckpointSave
+from grainpack.config import PipelineConfig
+from grainpack.corpus import CorpusWriter, open_corpus, write_corpus
+from grainpack.mixing import (
+    SlotMixer,
+    choose_source,
+    choose_sources,
+    content_probabilities,
+    token_premiums,
+)
+from grainpack.order import (
+    SequenceSelector,
+    global_document_order,
+    shard_documents_for_rank,
+    splitmix64,
+    splitmix64_array,
+    window_permutation,
+)
+from grainpack.packing import PackedCorpus, pack_documents
+from grainpack.pipeline import (
+    PipelineDataset,
+    PipelineIterator,
+    StepSampler,
+    make_data_loader,
+    make_dataset,
+    make_eval_dataset,
+)
+from grainpack.sharding import make_global_batch, slot_order
+from grainpack.source import CorpusError, TokenShardSource
+from grainpack.streaming import StreamingCorpus
+from grainpack.windows import MixedStream, PackedStream
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointRestore",
+    "CheckpointSave",
+    "CorpusError",
+    "CorpusWriter",
+    "MixedStream",
+    "PackedCorpus",
+    "PackedStream",
+    "PipelineBatches",
+    "PipelineConfig",
+    "PipelineDataset",
+    "PipelineIterator",
+    "SequenceSelector",
+    "SlotMixer",
+    "StepSampler",
+    "StreamingCorpus",
+    "TokenShardSource",
+    "choose_source",
+    "choose_sources",
+    "content_probabilities",
+    "global_document_order",
+    "make_data_loader",
+    "make_dataset",
+    "make_eval_dataset",
+    "make_global_batch",
+    "open_corpus",
+    "pack_documents",
+    "shard_documents_for_rank",
+    "slot_order",
+    "splitmix64",
+    "splitmix64_array",
+    "token_premiums",
+    "window_permutation",
+    "write_corpus",
+]

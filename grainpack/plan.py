@@ -1,0 +1,227 @@
+"""Row plans: which token spans make up row ``r`` of a source's endless row stream (pure).
+
+A source's rows are ``block + 1`` tokens cut from a *stream*:
+
+* ``unit="documents"``: epoch ``e`` concatenates the documents of
+  ``global_document_order(n, seed=seed, epoch=e, sequence_selector=...)`` with an optional
+  boundary token between consecutive documents, exactly like ``pack_documents``; the last
+  row of an epoch is padded.
+* ``unit="windows"``: the stored token stream is cut into ``n_windows = tokens // (block+1)``
+  windows and epoch ``e`` visits them in ``default_rng([seed, e, 0xDA7A]).permutation``
+  order, exactly like the window loader's ``PackedStream``.
+
+Only document lengths are touched here; tokens are read elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from grainpack.order import SequenceSelector, global_document_order, window_permutation
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamPlan:
+    """Documents laid end to end, each followed by ``extra`` boundary tokens (0 or 1).
+
+    Attributes:
+      documents: document ids in stream order, or ``None`` for the identity order.
+      lengths: tokens of each document, in stream order.
+      ends: stream position just past each document (and its boundary token).
+      boundary: whether a boundary token follows each document but the last.
+      total: stream length in tokens.
+    """
+
+    documents: np.ndarray | None
+    lengths: np.ndarray
+    ends: np.ndarray
+    boundary: bool
+    total: int
+
+    def num_rows(self, block: int) -> int:
+        """Rows of ``block + 1`` tokens needed for the stream (the last one padded)."""
+        return -(-self.total // (block + 1))
+
+
+def stream_plan(lengths: np.ndarray, order: np.ndarray | None, *, boundary: bool) -> StreamPlan:
+    """Plans the stream of ``lengths[order]`` with a boundary token between documents."""
+    ordered = np.asarray(lengths if order is None else lengths[order], dtype=np.int64)
+    ext = ordered.copy()
+    if boundary and len(ext) > 1:
+        ext[:-1] += 1
+    ends = np.cumsum(ext)
+    total = int(ends[-1]) if len(ends) else 0
+    return StreamPlan(order, ordered, ends, boundary, total)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spans:
+    """A flat table of spans for a set of requested rows, sorted by (row, offset).
+
+    Span ``k`` places ``length[k]`` tokens of ``document[k]`` starting at token ``start[k]``
+    at position ``offset[k]`` of requested row ``row[k]``, followed by one boundary token
+    when ``boundary[k]``. ``filled[i]`` is the number of real tokens in requested row ``i``;
+    the rest of that row is padding.
+    """
+
+    row: np.ndarray
+    offset: np.ndarray
+    document: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    boundary: np.ndarray
+    filled: np.ndarray
+
+
+def row_spans(plan: StreamPlan, rows: np.ndarray, *, block: int) -> Spans:
+    """Spans of the given rows of ``plan`` (vectorized over rows and spans).
+
+    Example:
+        >>> plan = stream_plan(np.array([3, 4]), None, boundary=True)
+        >>> s = row_spans(plan, np.array([0, 1]), block=4)
+        >>> s.document.tolist(), s.start.tolist(), s.length.tolist(), s.boundary.tolist()
+        ([0, 1, 1], [0, 0, 1], [3, 1, 3], [True, False, False])
+        >>> s.offset.tolist(), s.filled.tolist()
+        ([0, 4, 0], [5, 3])
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    width = block + 1
+    n_rows = plan.num_rows(block)
+    if len(rows) and (rows.min() < 0 or rows.max() >= n_rows):
+        raise IndexError(f"rows must lie in [0, {n_rows}); got {rows.min()}..{rows.max()}")
+    a = rows * width
+    b = np.minimum(a + width, plan.total)
+    first = np.searchsorted(plan.ends, a, side="right")
+    last = np.searchsorted(plan.ends, b - 1, side="right")
+    counts = last - first + 1
+    n = int(counts.sum())
+    span_row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+    base = np.repeat(first - (np.cumsum(counts) - counts), counts)
+    i = base + np.arange(n, dtype=np.int64)
+    ends = plan.ends[i]
+    lengths = plan.lengths[i]
+    ext = lengths + 1 if plan.boundary else lengths
+    if plan.boundary:
+        ext = np.where(i == len(plan.lengths) - 1, lengths, ext)
+    starts = ends - ext
+    lo = np.maximum(starts, a[span_row])
+    hi = np.minimum(ends, b[span_row])
+    keep = hi > lo
+    span_row, i, lengths, starts, lo, hi = (x[keep] for x in (span_row, i, lengths, starts, lo, hi))
+    local_lo, local_hi = lo - starts, hi - starts
+    documents = i if plan.documents is None else plan.documents[i]
+    return Spans(
+        row=span_row,
+        offset=lo - a[span_row],
+        document=documents.astype(np.int64, copy=False),
+        start=local_lo,
+        length=np.minimum(local_hi, lengths) - local_lo,
+        boundary=local_hi > lengths,
+        filled=b - a,
+    )
+
+
+class SourceRows:
+    """The endless row stream of one source: occurrence ``o`` -> (epoch, row) -> spans.
+
+    Args:
+      lengths: document lengths of the source (int64).
+      unit: ``"documents"`` or ``"windows"``.
+      block: model sequence length; rows hold ``block + 1`` tokens.
+      seed: this source's seed (the pipeline passes ``seed + j`` for source ``j``).
+      boundary: documents unit only: a boundary token between consecutive documents.
+      selector: documents unit only: the curriculum hook of ``global_document_order``.
+      cache_epochs: how many epoch plans to keep.
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        *,
+        unit: str,
+        block: int,
+        seed: int,
+        boundary: bool = False,
+        selector: SequenceSelector | None = None,
+        cache_epochs: int = 2,
+    ) -> None:
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.unit, self.block, self.seed = unit, block, seed
+        self.boundary, self.selector = boundary, selector
+        self._cache_epochs = cache_epochs
+        self._plans: dict[int, StreamPlan] = {}
+        self._perms: dict[int, np.ndarray] = {}
+        self._epoch_rows: list[int] = []
+        self._epoch_starts = np.zeros(1, dtype=np.int64)
+        if unit == "windows":
+            self._identity = stream_plan(self.lengths, None, boundary=False)
+            self.rows_per_epoch: int | None = self._identity.total // (block + 1)
+        else:
+            self.rows_per_epoch = (
+                stream_plan(self.lengths, None, boundary=boundary).num_rows(block)
+                if selector is None
+                else None
+            )
+
+    def epoch_plan(self, epoch: int) -> StreamPlan:
+        """The documents-unit stream of ``epoch`` (cached)."""
+        plan = self._plans.get(epoch)
+        if plan is None:
+            order = global_document_order(
+                len(self.lengths), seed=self.seed, epoch=epoch, sequence_selector=self.selector
+            )
+            plan = stream_plan(self.lengths, order, boundary=self.boundary)
+            _remember(self._plans, epoch, plan, self._cache_epochs)
+        return plan
+
+    def rows_in_epoch(self, epoch: int) -> int:
+        """Rows in ``epoch`` (constant unless a selector changes the epoch's documents)."""
+        if self.rows_per_epoch is not None:
+            return self.rows_per_epoch
+        while len(self._epoch_rows) <= epoch:
+            e = len(self._epoch_rows)
+            rows = self.epoch_plan(e).num_rows(self.block)
+            if rows == 0:
+                raise ValueError(
+                    f"sequence_selector kept no tokens in epoch {e} (seed={self.seed}); a "
+                    "selector must keep at least one non-empty document per epoch"
+                )
+            self._epoch_rows.append(rows)
+        return self._epoch_rows[epoch]
+
+    def locate(self, occurrences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Maps occurrence indices to (epoch, row inside the epoch)."""
+        occurrences = np.asarray(occurrences, dtype=np.int64)
+        if self.rows_per_epoch is not None:
+            return np.divmod(occurrences, self.rows_per_epoch)
+        top = int(occurrences.max(initial=0))
+        while self._epoch_starts[-1] <= top:
+            e = len(self._epoch_starts) - 1
+            nxt = self._epoch_starts[-1] + self.rows_in_epoch(e)
+            self._epoch_starts = np.append(self._epoch_starts, nxt)
+        epochs = np.searchsorted(self._epoch_starts, occurrences, side="right") - 1
+        return epochs, occurrences - self._epoch_starts[epochs]
+
+    def epoch_start(self, epoch: int) -> int:
+        """Occurrence index of the first row of ``epoch``."""
+        if self.rows_per_epoch is not None:
+            return epoch * self.rows_per_epoch
+        return sum(self.rows_in_epoch(e) for e in range(epoch))
+
+    def spans(self, epoch: int, rows: np.ndarray) -> Spans:
+        """Spans of rows ``rows`` of ``epoch``."""
+        if self.unit == "windows":
+            perm = self._perms.get(epoch)
+            if perm is None:
+                perm = window_permutation(self.rows_per_epoch or 0, self.seed, epoch)
+                _remember(self._perms, epoch, perm, self._cache_epochs)
+            return row_spans(self._identity, perm[np.asarray(rows)], block=self.block)
+        return row_spans(self.epoch_plan(epoch), rows, block=self.block)
+
+
+def _remember(cache: dict, key: int, value: object, size: int) -> None:
+    while len(cache) >= size:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
