@@ -1,0 +1,206 @@
+"""Tests for grainpack.source.TokenShardSource: reads, bounds, pickling, Grain integration."""
+
+from __future__ import annotations
+
+import pickle
+import re
+import threading
+
+import grain
+import numpy as np
+import pytest
+
+from grainpack.corpus import open_corpus, write_corpus
+from grainpack.source import ShardRecord, TokenShardSource
+
+DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], [9], [], [10, 11]]  # shards at shard_tokens=4: 3 | 5 | 3
+
+
+@pytest.fixture
+def src(tmp_path) -> TokenShardSource:
+    return write_corpus(tmp_path / "c", DOCS, shard_tokens=4)
+
+
+def test_source_metadata(src):
+    assert (len(src), src.num_documents, src.num_tokens) == (6, 6, 11)
+    assert src.offsets.tolist() == [0, 3, 3, 8, 9, 9, 11]
+    assert src.lengths.tolist() == [3, 0, 5, 1, 0, 2]
+    assert src.lengths.dtype == np.int64 and src.offsets.dtype == np.int64
+    assert src.shard_starts.tolist() == [0, 3, 8, 11]
+    assert (src.vocab_size, src.eos_id, src.dtype) == (None, None, np.dtype("uint16"))
+
+
+def test_source_lengths_and_offsets_are_read_only(src):
+    with pytest.raises(ValueError, match="read-only"):
+        src.lengths[0] = 1
+    with pytest.raises(ValueError, match="read-only"):
+        src.offsets[0] = 1
+
+
+def test_source_getitem_returns_copies(src):
+    doc = src[np.int64(2)]
+    assert doc.tolist() == [4, 5, 6, 7, 8] and doc.dtype == np.uint16
+    doc[0] = 99
+    assert src[2].tolist() == [4, 5, 6, 7, 8]
+    assert [d.tolist() for d in src._getitems([5, 0, 1])] == [[10, 11], [1, 2, 3], []]
+
+
+@pytest.mark.parametrize("index", [6, -1, 2**40])
+def test_source_getitem_out_of_range(src, index):
+    with pytest.raises(IndexError, match=rf"document index {index} is outside \[0, 6\)"):
+        src[index]
+
+
+@pytest.mark.parametrize("index", [1.0, "1", slice(0, 2), True, None])
+def test_source_getitem_rejects_non_integers(src, index):
+    with pytest.raises(TypeError, match="document index must be an int"):
+        src[index]
+
+
+def test_source_read_span(src):
+    assert src.read_span(2, 1, 4).tolist() == [5, 6, 7]
+    assert src.read_span(1, 0, 0).tolist() == []
+    with pytest.raises(IndexError, match=r"span \[2, 6\) is outside document 2 of length 5"):
+        src.read_span(2, 2, 6)
+    with pytest.raises(IndexError, match="outside document"):
+        src.read_span(2, 3, 2)
+    with pytest.raises(IndexError, match="document index 9"):
+        src.read_span(9, 0, 1)
+
+
+def test_source_read_tokens_crosses_shards(src):
+    assert src.read_tokens(2, 10).tolist() == [3, 4, 5, 6, 7, 8, 9, 10]
+    assert src.read_tokens(11, 11).tolist() == []
+    with pytest.raises(IndexError, match=r"stream range \[5, 12\)"):
+        src.read_tokens(5, 12)
+    with pytest.raises(IndexError, match="reversed"):
+        src.read_tokens(5, 4)
+
+
+def test_source_read_into_any_int_dtype(src):
+    out = np.full(9, -1, np.int32)
+    src.read_into(out, 1)
+    assert out.tolist() == [2, 3, 4, 5, 6, 7, 8, 9, 10]
+    view = np.zeros((2, 4), np.int64)
+    src.read_into(view[1, 1:], 7)  # a strided row slice of a batch
+    assert view.tolist() == [[0, 0, 0, 0], [0, 8, 9, 10]]
+    with pytest.raises(IndexError, match=r"stream range \[3, 12\)"):
+        src.read_into(out, 3)
+    with pytest.raises(TypeError, match="1-D integer numpy array"):
+        src.read_into(np.zeros(2, np.float32), 0)
+    with pytest.raises(TypeError, match="1-D integer numpy array"):
+        src.read_into([0, 0], 0)
+
+
+def test_source_read_into_uint32_corpus(tmp_path):
+    src = write_corpus(tmp_path, [[70000, 1], [2, 80000]], dtype="uint32", shard_tokens=2)
+    out = np.zeros(3, np.int64)
+    src.read_into(out, 1)
+    assert out.tolist() == [1, 2, 80000]
+
+
+def test_source_repr_is_stable_and_content_derived(tmp_path, src):
+    text = repr(src)
+    assert re.fullmatch(
+        r"TokenShardSource\(fingerprint=[0-9a-f]{16}, documents=6, tokens=11\)", text
+    )
+    assert text == f"TokenShardSource(fingerprint={src.fingerprint[:16]}, documents=6, tokens=11)"
+    assert repr(write_corpus(tmp_path / "other", DOCS, shard_tokens=4)) == text
+    assert repr(pickle.loads(pickle.dumps(src))) == text
+
+
+def test_source_pickle_drops_memmaps(src):
+    src[0]
+    _ = src.lengths
+    copy = pickle.loads(pickle.dumps(src))
+    assert copy._maps == [None, None, None] and copy._offsets is None
+    assert [copy[i].tolist() for i in range(6)] == DOCS
+
+
+@pytest.mark.slow
+def test_source_pickle_of_100mb_corpus_is_small(tmp_path):
+    doc = (np.arange(1 << 20) & 0xFFFF).astype(np.uint16)  # 2 MB per document
+    src = write_corpus(tmp_path, (doc for _ in range(50)), shard_tokens=1 << 24)  # 100 MB, 4 shards
+    assert src.num_tokens * 2 == 104_857_600
+    src.read_tokens(0, src.num_tokens)  # maps every shard
+    blob = pickle.dumps(src)
+    assert len(blob) < 10_000
+    copy = pickle.loads(blob)
+    assert len(copy) == 50 and copy.num_tokens == 52_428_800
+    assert copy[49][65534:65538].tolist() == [65534, 65535, 0, 1]
+    assert copy.read_tokens((1 << 24) - 1, (1 << 24) + 1).tolist() == [65535, 0]  # shard boundary
+
+
+def test_source_threads_read_consistently(src):
+    results = []
+
+    def work() -> None:
+        copy = pickle.loads(pickle.dumps(src))
+        results.append([copy[i].tolist() for i in range(6)])
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [DOCS] * 4
+
+
+def test_source_is_a_grain_map_dataset_source(src):
+    assert isinstance(src, grain.sources.RandomAccessDataSource)
+    ds = grain.MapDataset.source(src)
+    assert [ds[i].tolist() for i in range(len(ds))] == DOCS
+    assert [x.tolist() for x in ds.to_iter_dataset()] == DOCS
+
+
+@pytest.mark.slow
+def test_source_in_data_loader_with_two_workers(tmp_path):
+    docs = [[i] * (i % 5) + [60000 + i] for i in range(40)]
+    src = write_corpus(tmp_path, docs, shard_tokens=16)
+    loader = grain.DataLoader(
+        data_source=src,
+        sampler=grain.samplers.IndexSampler(len(src), shuffle=False, num_epochs=1),
+        worker_count=2,
+        read_options=grain.ReadOptions(num_threads=0, prefetch_buffer_size=0),
+    )
+    assert [x.tolist() for x in loader] == docs
+
+
+def test_shard_record_validation():
+    with pytest.raises(ValueError, match="offsets_kind must be"):
+        ShardRecord("t.bin", 3, offsets_kind="bogus")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs offsets_path and num_documents"):
+        ShardRecord("t.bin", 3, offsets_kind="file")
+    with pytest.raises(ValueError, match="must be >= 0"):
+        ShardRecord("t.bin", -1)
+
+
+def test_source_constructor_validation(tmp_path):
+    with pytest.raises(TypeError, match="integer dtype"):
+        TokenShardSource([], dtype="float32", fingerprint="0")
+    with pytest.raises(ValueError, match="need eos_id"):
+        TokenShardSource(
+            [ShardRecord("t.bin", 1, offsets_kind="eos")], dtype="uint16", fingerprint="0"
+        )
+    with pytest.raises(TypeError, match="ShardRecord"):
+        TokenShardSource(["t.bin"], dtype="uint16", fingerprint="0")  # type: ignore[list-item]
+
+
+def test_source_reads_records_from_any_byte_offset(tmp_path):
+    path = tmp_path / "raw.bin"
+    path.write_bytes(b"\xff" * 3 + np.array([5, 6, 7, 8], "<u2").tobytes())  # unaligned start
+    record = ShardRecord(str(path), 4, byte_offset=3)
+    src = TokenShardSource([record], dtype="uint16", fingerprint="ab" * 32)
+    assert [src[0].tolist(), len(src)] == [[5, 6, 7, 8], 1]
+    eos = TokenShardSource(
+        [ShardRecord(str(path), 4, byte_offset=3, offsets_kind="eos")],
+        dtype="uint16",
+        fingerprint="cd" * 32,
+        eos_id=6,
+    )
+    assert [d.tolist() for d in eos] == [[5, 6], [7, 8]]
+
+
+def test_source_open_corpus_equals_written(src):
+    path = src.shards[0].tokens_path.rsplit("/", 1)[0]
+    assert [d.tolist() for d in open_corpus(path)] == DOCS
