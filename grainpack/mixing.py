@@ -14,8 +14,10 @@ import itertools
 import math
 import numbers
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -257,7 +259,22 @@ class SlotMixer:
         self.cumulative = cumulative_probabilities(self.probs)
         self.num_sources = len(self.probs)
         self._thresholds = _finite_thresholds(self.cumulative)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
         self._prefix = np.zeros((1, self.num_sources), dtype=np.int64)  # row b: slots < b*BLOCK
+        # (slot, counts before it) of the last query: consecutive draws() of one stream of
+        # batches then hash only their own slots, not the start of their block again.
+        self._memo: tuple[int, np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Caches are rebuilt lazily: the pickle stays small however far the mixer has run.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_prefix", "_memo")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
 
     def __repr__(self) -> str:
         return f"SlotMixer(seed={self.seed}, probs={self.probs})"
@@ -277,6 +294,12 @@ class SlotMixer:
         return counts
 
     def _ensure_blocks(self, num_blocks: int) -> None:
+        if num_blocks < self._prefix.shape[0]:
+            return
+        with self._lock:
+            self._extend(num_blocks)
+
+    def _extend(self, num_blocks: int) -> None:
         have = self._prefix.shape[0] - 1
         if num_blocks <= have:
             return
@@ -315,7 +338,13 @@ class SlotMixer:
         slot = _check_int("slot", slot)
         block = slot // BLOCK_SLOTS
         self._ensure_blocks(block)
-        return self._prefix[block] + self._count_range(block * BLOCK_SLOTS, slot)
+        base_slot, base = block * BLOCK_SLOTS, self._prefix[block]
+        memo = self._memo
+        if memo is not None and base_slot <= memo[0] <= slot:
+            base_slot, base = memo
+        counts = base + self._count_range(base_slot, slot)
+        self._memo = (slot, counts)
+        return counts.copy()
 
     def counts_between(self, start: int, stop: int) -> np.ndarray:
         """int64 ``(num_sources,)``: how many slots in ``[start, stop)`` chose each source."""
@@ -331,7 +360,9 @@ class SlotMixer:
         start = _check_int("start", start)
         stop = _check_int("stop", stop, minimum=start)
         sources = choose_sources(self.seed, start, stop, self.cumulative)
-        occurrences = occurrences_from(sources, self.counts_before(start))
+        before = self.counts_before(start)
+        occurrences = occurrences_from(sources, before)
+        self._memo = (stop, before + np.bincount(sources, minlength=self.num_sources))
         return sources, occurrences
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -248,3 +250,23 @@ def test_content_probabilities_rejects_non_positive(premiums):
 def test_token_premiums_length_mismatch():
     with pytest.raises(ValueError, match="one value per language"):
         token_premiums([1.0, 1.2], [4.0])
+
+
+def test_slot_mixer_consecutive_draws_equal_one_draw():
+    # Batches of one stream, then queries that go backwards inside a block (memo not usable).
+    whole = SlotMixer(4, (0.6, 0.4)).draws(BLOCK_SLOTS - 300, BLOCK_SLOTS + 500)
+    mixer = SlotMixer(4, (0.6, 0.4))
+    parts = [mixer.draws(a, a + 200) for a in range(BLOCK_SLOTS - 300, BLOCK_SLOTS + 500, 200)]
+    assert np.array_equal(np.concatenate([p[0] for p in parts]), whole[0])
+    assert np.array_equal(np.concatenate([p[1] for p in parts]), whole[1])
+    fresh = SlotMixer(4, (0.6, 0.4))
+    for slot in [BLOCK_SLOTS + 400, BLOCK_SLOTS + 10, 5, BLOCK_SLOTS + 499]:
+        assert mixer.counts_before(slot).tolist() == fresh.counts_before(slot).tolist()
+
+
+def test_slot_mixer_pickle_drops_cache():
+    mixer = SlotMixer(1, (0.5, 0.5))
+    expected = mixer.counts_before(40 * BLOCK_SLOTS + 3)
+    data = pickle.dumps(mixer)
+    assert len(data) < 1000
+    assert pickle.loads(data).counts_before(40 * BLOCK_SLOTS + 3).tolist() == expected.tolist()

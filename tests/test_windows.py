@@ -263,3 +263,11 @@ def test_mixed_stream_empty_batch(en_ar):
     assert mix.next_batch(0)[0].shape == (0, 5)
     assert mix.rank_batch(1, 1, 2)[0].shape == (0, 5)
     assert mix.slot == 1
+
+
+def test_mixed_stream_pickles_and_continues(en_ar):
+    mix = MixedStream(en_ar, 4, 6)
+    mix.skip_to(3 * BLOCK_SLOTS)
+    clone = pickle.loads(pickle.dumps(mix))
+    assert np.array_equal(clone.next_batch(5)[0], mix.next_batch(5)[0])
+    assert clone.state_dict() == mix.state_dict()
