@@ -11,6 +11,14 @@ Every batch is a pure function of (config, global step): the iterator state is t
 restores are exact and elastic, and the batches do not depend on process or worker counts.
 """
 
+from grainpack.accounting import (
+    MixtureMonitor,
+    MixtureWarning,
+    RepeatCapExceeded,
+    SourceAccount,
+    mixture_accounting,
+    window_shares,
+)
 from grainpack.batches import PipelineBatches
 from grainpack.checkpoint import CheckpointRestore, CheckpointSave
 from grainpack.config import PipelineConfig
@@ -52,14 +60,18 @@ __all__ = [
     "CorpusError",
     "CorpusWriter",
     "MixedStream",
+    "MixtureMonitor",
+    "MixtureWarning",
     "PackedCorpus",
     "PackedStream",
     "PipelineBatches",
     "PipelineConfig",
     "PipelineDataset",
     "PipelineIterator",
+    "RepeatCapExceeded",
     "SequenceSelector",
     "SlotMixer",
+    "SourceAccount",
     "StepSampler",
     "StreamingCorpus",
     "TokenShardSource",
@@ -71,6 +83,7 @@ __all__ = [
     "make_dataset",
     "make_eval_dataset",
     "make_global_batch",
+    "mixture_accounting",
     "open_corpus",
     "pack_documents",
     "shard_documents_for_rank",
@@ -79,5 +92,6 @@ __all__ = [
     "splitmix64_array",
     "token_premiums",
     "window_permutation",
+    "window_shares",
     "write_corpus",
 ]

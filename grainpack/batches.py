@@ -19,7 +19,7 @@ from grainpack.config import PipelineConfig
 from grainpack.corpus import open_corpus
 from grainpack.mixing import SlotMixer
 from grainpack.plan import SourceRows
-from grainpack.rows import MODEL_KEYS, assemble_rows
+from grainpack.rows import Part, assemble_rows
 from grainpack.source import TokenShardSource
 
 FORMAT_VERSION = 1
@@ -186,13 +186,13 @@ class PipelineBatches:
         for j, e in sorted(set(zip(sources.tolist(), epochs.tolist()))):
             sel = (sources == j) & (epochs == e)
             spans = self.rows(j).spans(e, rows[sel])
-            parts.append((self.sources[j], spans, destination[sel]))
+            parts.append(Part(j, e, self.sources[j], spans, destination[sel]))
         cfg = self.config
-        batch = assemble_rows(
+        return assemble_rows(
             parts,
             num_rows=num_rows,
             block=cfg.block,
             pad_id=cfg.pad_id,
             boundary_id=cfg.boundary_id,
+            provenance=cfg.provenance,
         )
-        return {k: batch[k] for k in MODEL_KEYS}

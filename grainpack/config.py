@@ -37,6 +37,10 @@ class PipelineConfig:
       sequence_selector: documents unit: curriculum hook ``(order, seed, epoch) -> order``.
         Must be picklable (a module-level function or a small object) and have a stable
         ``repr`` (it is part of the config fingerprint).
+      provenance: also emit, per row, ``source`` and ``epoch``, and per segment (index
+        ``segment_id - 1``) ``segment_document`` and ``segment_offset`` (the document id and
+        the offset of the segment's first token in it; -1 where a row has fewer segments).
+        Does not change any token (not part of the fingerprint).
 
     Example:
       >>> cfg = PipelineConfig(sources={"en": "/data/en", "fr": "/data/fr"}, block=2048,
@@ -55,6 +59,7 @@ class PipelineConfig:
     boundary_id: int | None = None
     pad_id: int = 0
     sequence_selector: SequenceSelector | None = None
+    provenance: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.sources, Mapping) or not self.sources:

@@ -12,6 +12,7 @@ import importlib
 import inspect
 import os
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -48,12 +49,14 @@ def documents(script: str = "en") -> list[str]:
     if script not in ("en", "el"):
         raise ValueError(f"script must be 'en' or 'el'; got {script!r}")
     out = []
-    for name in _MODULES:
-        module = importlib.import_module(name)
-        for _, obj in [(name, module), *sorted(vars(module).items())]:
-            doc = inspect.getdoc(obj) if not isinstance(obj, str | int | float) else None
-            if doc and len(doc) >= 40 and (obj is module or _defined_in(obj, module)):
-                out.append(doc)
+    with warnings.catch_warnings():  # some members are deprecated aliases (typing.re)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for name in _MODULES:
+            module = importlib.import_module(name)
+            for obj in [module, *(v for _, v in sorted(vars(module).items()))]:
+                doc = inspect.getdoc(obj) if not isinstance(obj, str | int | float) else None
+                if doc and len(doc) >= 40 and (obj is module or _defined_in(obj, module)):
+                    out.append(doc)
     return [d.translate(_GREEK) for d in out] if script == "el" else out
 
 

@@ -242,7 +242,7 @@ def make_eval_dataset(
       >>> cfg = gp.PipelineConfig(sources={"en": path}, block=4, global_batch_size=4)
       >>> [int(b["loss_mask"].sum()) for b in gp.make_eval_dataset(cfg, process_count=1,
       ...                                                            process_index=0)]
-      [16, 16]
+      [16, 10]
     """
     if source is None:
         if len(config.sources) != 1:

@@ -154,16 +154,15 @@ class SourceRows:
         self._plans: dict[int, StreamPlan] = {}
         self._perms: dict[int, np.ndarray] = {}
         self._epoch_rows: list[int] = []
+        self._epoch_totals: list[int] = []
         self._epoch_starts = np.zeros(1, dtype=np.int64)
         if unit == "windows":
             self._identity = stream_plan(self.lengths, None, boundary=False)
             self.rows_per_epoch: int | None = self._identity.total // (block + 1)
         else:
-            self.rows_per_epoch = (
-                stream_plan(self.lengths, None, boundary=boundary).num_rows(block)
-                if selector is None
-                else None
-            )
+            whole = stream_plan(self.lengths, None, boundary=boundary)
+            self._unselected_total = whole.total
+            self.rows_per_epoch = whole.num_rows(block) if selector is None else None
 
     def epoch_plan(self, epoch: int) -> StreamPlan:
         """The documents-unit stream of ``epoch`` (cached)."""
@@ -182,13 +181,15 @@ class SourceRows:
             return self.rows_per_epoch
         while len(self._epoch_rows) <= epoch:
             e = len(self._epoch_rows)
-            rows = self.epoch_plan(e).num_rows(self.block)
+            plan = self.epoch_plan(e)
+            rows = plan.num_rows(self.block)
             if rows == 0:
                 raise ValueError(
                     f"sequence_selector kept no tokens in epoch {e} (seed={self.seed}); a "
                     "selector must keep at least one non-empty document per epoch"
                 )
             self._epoch_rows.append(rows)
+            self._epoch_totals.append(plan.total)
         return self._epoch_rows[epoch]
 
     def locate(self, occurrences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -204,11 +205,24 @@ class SourceRows:
         epochs = np.searchsorted(self._epoch_starts, occurrences, side="right") - 1
         return epochs, occurrences - self._epoch_starts[epochs]
 
-    def epoch_start(self, epoch: int) -> int:
-        """Occurrence index of the first row of ``epoch``."""
-        if self.rows_per_epoch is not None:
-            return epoch * self.rows_per_epoch
-        return sum(self.rows_in_epoch(e) for e in range(epoch))
+    def epoch_tokens(self, epoch: int) -> int:
+        """Real (non-padding) tokens in ``epoch``: the length of its stream."""
+        if self.unit == "windows":
+            return (self.rows_per_epoch or 0) * (self.block + 1)
+        if self.selector is None:
+            return self._unselected_total
+        self.rows_in_epoch(epoch)
+        return self._epoch_totals[epoch]
+
+    def real_tokens_before(self, occurrence: int) -> int:
+        """Real tokens in the first ``occurrence`` rows of the stream."""
+        epochs, rows = self.locate(np.array([occurrence]))
+        epoch, row = int(epochs[0]), int(rows[0])
+        if self.selector is None:
+            done = epoch * self.epoch_tokens(0)
+        else:
+            done = sum(self.epoch_tokens(e) for e in range(epoch))
+        return done + min(row * (self.block + 1), self.epoch_tokens(epoch))
 
     def spans(self, epoch: int, rows: np.ndarray) -> Spans:
         """Spans of rows ``rows`` of ``epoch``."""

@@ -17,14 +17,13 @@ follows. MaxText's keys map as ``inputs_segmentation = segment_ids``,
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
 from grainpack.plan import Spans
-
-MODEL_KEYS = ("inputs", "targets", "segment_ids", "positions", "loss_mask")
 
 
 class StreamReader(Protocol):
@@ -36,23 +35,36 @@ class StreamReader(Protocol):
     def read_into(self, out: np.ndarray, start: int) -> None: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Rows of one (source, epoch) in a batch: requested row ``i`` of ``spans`` goes to batch
+    row ``destination[i]``."""
+
+    source_index: int
+    epoch: int
+    reader: StreamReader
+    spans: Spans
+    destination: np.ndarray
+
+
 def assemble_rows(
-    parts: Sequence[tuple[StreamReader, Spans, np.ndarray]],
+    parts: Sequence[Part],
     *,
     num_rows: int,
     block: int,
     pad_id: int,
     boundary_id: int | None,
+    provenance: bool = False,
 ) -> dict[str, np.ndarray]:
     """Reads the spans of ``num_rows`` rows and builds the model arrays.
 
     Args:
-      parts: ``(source, spans, destination)`` triples; requested row ``i`` of ``spans`` goes
-        to batch row ``destination[i]``. Rows not covered by any part are padding rows.
+      parts: where the rows come from. Rows not covered by any part are padding rows.
       num_rows: rows in the batch.
       block: model sequence length (rows hold ``block + 1`` tokens).
       pad_id: token written where a row has no data.
       boundary_id: token written after spans whose ``boundary`` flag is set.
+      provenance: also return where every segment comes from (see :func:`provenance`).
 
     Returns:
       The arrays described in the module docstring.
@@ -61,11 +73,11 @@ def assemble_rows(
     tokens = np.full((num_rows, width), pad_id, dtype=np.int32)
     marks = np.zeros((num_rows, width), dtype=np.int32)
     filled = np.zeros(num_rows, dtype=np.int64)
-    for source, spans, destination in parts:
+    for part in parts:
+        spans, destination = part.spans, part.destination
         rows = destination[spans.row]
-        offsets = source.offsets
-        starts = offsets[spans.document] + spans.start
-        read_into = source.read_into
+        starts = part.reader.offsets[spans.document] + spans.start
+        read_into = part.reader.read_into
         for r, at, start, n in zip(
             rows.tolist(), spans.offset.tolist(), starts.tolist(), spans.length.tolist()
         ):
@@ -84,10 +96,39 @@ def assemble_rows(
     segment_ids *= real
     segment_start = np.maximum.accumulate(np.where(marks == 1, index, 0), axis=1)
     positions = (index - segment_start) * real
-    return {
+    batch = {
         "inputs": np.ascontiguousarray(tokens[:, :-1]),
         "targets": np.ascontiguousarray(tokens[:, 1:]),
         "segment_ids": np.ascontiguousarray(segment_ids[:, :-1]),
         "positions": np.ascontiguousarray(positions[:, :-1], dtype=np.int32),
         "loss_mask": np.ascontiguousarray(real[:, 1:], dtype=np.int32),
+    }
+    if provenance:
+        batch.update(_provenance(parts, num_rows))
+    return batch
+
+
+def _provenance(parts: Sequence[Part], num_rows: int) -> dict[str, np.ndarray]:
+    """Per row: source and epoch; per segment ``k`` (segment id ``k + 1``): document id and
+    the offset of the segment's first token inside the document (-1 where absent)."""
+    source = np.full(num_rows, -1, dtype=np.int32)
+    epoch = np.full(num_rows, -1, dtype=np.int64)
+    per_row = [np.bincount(p.spans.row, minlength=len(p.destination)) for p in parts]
+    width = max([int(c.max(initial=0)) for c in per_row], default=0)
+    document = np.full((num_rows, width), -1, dtype=np.int64)
+    offset = np.full((num_rows, width), -1, dtype=np.int64)
+    for part, counts in zip(parts, per_row):
+        source[part.destination] = part.source_index
+        epoch[part.destination] = part.epoch
+        spans = part.spans
+        first = np.cumsum(counts) - counts
+        k = np.arange(len(spans.row)) - first[spans.row]
+        rows = part.destination[spans.row]
+        document[rows, k] = spans.document
+        offset[rows, k] = spans.start
+    return {
+        "source": source,
+        "epoch": epoch,
+        "segment_document": document,
+        "segment_offset": offset,
     }

@@ -1,0 +1,94 @@
+"""Row assembly: model arrays from spans, and provenance that rebuilds every row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import grainpack as gp
+from grainpack.plan import row_spans, stream_plan
+from grainpack.rows import Part, assemble_rows
+
+
+class ListReader:
+    """A stream reader over a list of documents (what assemble_rows needs)."""
+
+    def __init__(self, docs):
+        self.stream = np.concatenate(docs)
+        self.offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
+
+    def read_into(self, out, start):
+        out[:] = self.stream[start : start + len(out)]
+
+
+def test_assemble_rows_golden_with_boundaries_and_padding_row():
+    docs = [np.array([10, 11, 12]), np.array([20]), np.array([30, 31, 32, 33, 34])]
+    plan = stream_plan(np.array([3, 1, 5]), np.array([2, 0, 1]), boundary=True)
+    # stream: 30 31 32 33 34 B | 10 11 12 B | 20  (B = 7) -> rows of 4: [30 31 32 33]
+    # [34 B 10 11] [12 B 20 pad]
+    spans = row_spans(plan, np.array([1, 2]), block=3)
+    part = Part(0, 0, ListReader(docs), spans, np.array([0, 2]))
+    out = assemble_rows([part], num_rows=3, block=3, pad_id=0, boundary_id=7, provenance=True)
+    assert out["inputs"].tolist() == [[34, 7, 10], [0, 0, 0], [12, 7, 20]]
+    assert out["targets"].tolist() == [[7, 10, 11], [0, 0, 0], [7, 20, 0]]
+    assert out["segment_ids"].tolist() == [[1, 1, 2], [0, 0, 0], [1, 1, 2]]
+    assert out["positions"].tolist() == [[0, 1, 0], [0, 0, 0], [0, 1, 0]]
+    assert out["loss_mask"].tolist() == [[1, 1, 1], [0, 0, 0], [1, 1, 0]]
+    assert out["source"].tolist() == [0, -1, 0]
+    assert out["segment_document"].tolist() == [[2, 0], [-1, -1], [0, 1]]
+    assert out["segment_offset"].tolist() == [[4, 0], [-1, -1], [2, 0]]
+
+
+def test_boundary_spans_need_a_boundary_id():
+    plan = stream_plan(np.array([2, 2]), None, boundary=True)
+    part = Part(
+        0,
+        0,
+        ListReader([np.array([1, 2]), np.array([3, 4])]),
+        row_spans(plan, np.array([0]), block=4),
+        np.array([0]),
+    )
+    with pytest.raises(ValueError, match="boundary_id is None"):
+        assemble_rows([part], num_rows=1, block=4, pad_id=0, boundary_id=None)
+
+
+@pytest.mark.parametrize("unit", ["documents", "windows"])
+def test_provenance_rebuilds_every_row_from_the_corpus(tmp_path, unit):
+    rng = np.random.default_rng(0)
+    paths = {}
+    for name, n in (("a", 30), ("b", 8)):
+        docs = [rng.integers(1, 300, size=rng.integers(1, 25)) for _ in range(n)]
+        gp.write_corpus(tmp_path / name, docs, shard_tokens=64)
+        paths[name] = str(tmp_path / name)
+    boundary = 999 if unit == "documents" else None
+    cfg = gp.PipelineConfig(
+        sources=paths,
+        block=12,
+        global_batch_size=6,
+        seed=4,
+        unit=unit,
+        boundary_id=boundary,
+        provenance=True,
+    )
+    corpora = [gp.open_corpus(p) for p in paths.values()]
+    it = iter(gp.make_dataset(cfg, process_index=1, process_count=2))
+    for _ in range(12):
+        batch = next(it)
+        for r in range(3):
+            source = corpora[batch["source"][r]]
+            segments = batch["segment_ids"][r]
+            documents = batch["segment_document"][r]
+            n_segments = int((documents >= 0).sum())
+            real = int((segments > 0).sum() + batch["loss_mask"][r, -1])
+            sizes = [int((segments == k + 1).sum()) for k in range(n_segments)]
+            sizes[-1] = real - sum(sizes[:-1])  # the row's last token may open a segment
+            rebuilt = []
+            for k, size in enumerate(sizes):
+                start = int(batch["segment_offset"][r, k])
+                tokens = list(source[int(documents[k])][start : start + size])
+                if len(tokens) < size:  # the segment runs past its document: boundary token
+                    tokens.append(boundary)
+                rebuilt += tokens
+            row = [*list(batch["inputs"][r]), batch["targets"][r, -1]]
+            assert rebuilt == row[: len(rebuilt)]
+            assert all(t == cfg.pad_id for t in row[len(rebuilt) :])
