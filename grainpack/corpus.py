@@ -60,6 +60,11 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _plain(value: Any) -> Any:
+    """NumPy integer scalars become Python ints (JSON-able); anything else is returned as is."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -185,7 +190,7 @@ class CorpusWriter:
     Empty documents are stored (their offset repeats) so that document ids stay aligned with
     the input. A shard is closed when the next document would push it past ``shard_tokens`` and
     it already holds tokens (a longer document gets a shard of its own). If the ``with`` block
-    raises, no manifest is written and the partial shard files are removed.
+    raises, no manifest is written and the shard files written so far are removed.
 
     Args:
         path: Output directory (created if needed).
@@ -216,6 +221,7 @@ class CorpusWriter:
         shard_tokens: int = 1 << 28,
         overwrite: bool = False,
     ) -> None:
+        vocab_size, eos_id, shard_tokens = _plain(vocab_size), _plain(eos_id), _plain(shard_tokens)
         self._dtype = _check_options(dtype, vocab_size, eos_id, shard_tokens)
         self.path, self.vocab_size, self.eos_id = Path(path), vocab_size, eos_id
         self.shard_tokens = shard_tokens
@@ -301,11 +307,16 @@ class CorpusWriter:
         _fsync_dir(self.path)
 
     def abort(self) -> None:
-        """Stops writing without a manifest and removes the unfinished shard's files."""
+        """Stops writing without a manifest and removes the shard files written so far."""
+        if self._closed:
+            return
         self._closed = True
         if self._current is not None:
             self._current.abort()
             self._current = None
+        for shard in self._shards:
+            for key in ("tokens_file", "offsets_file"):
+                (self.path / shard[key]).unlink(missing_ok=True)
 
     def __enter__(self) -> CorpusWriter:
         return self
@@ -571,6 +582,7 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
         >>> len(src), src.num_tokens, src[1].tolist()
         (2, 3, [2, 3])
     """
+    eos_id = _plain(eos_id)
     if eos_id is not None and (not _is_int(eos_id) or eos_id < 0):
         raise ValueError(f"eos_id must be a non-negative int or None, got {eos_id=}")
     p = Path(path)

@@ -146,24 +146,27 @@ def test_source_threads_read_consistently(src):
     assert results == [DOCS] * 4
 
 
-def test_source_is_a_grain_map_dataset_source(src):
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["uint16", "uint32"])
+def test_source_round_trip_through_grain(tmp_path, dtype):
+    base = 60000 if dtype == "uint16" else 4_000_000_000
+    docs = [[i] * (i % 5) + [base + i] for i in range(40)]  # lengths 1..5 repeated: 120 tokens
+    src = write_corpus(tmp_path, docs, dtype=dtype, shard_tokens=16)
+    # Greedy shards: 1+2+3+4+5+1 = 16, then six of 2+3+4+5+1 = 15, then 2+3+4+5 = 14.
+    assert [s.num_tokens for s in src.shards] == [16, 15, 15, 15, 15, 15, 15, 14]
     assert isinstance(src, grain.sources.RandomAccessDataSource)
     ds = grain.MapDataset.source(src)
-    assert [ds[i].tolist() for i in range(len(ds))] == DOCS
-    assert [x.tolist() for x in ds.to_iter_dataset()] == DOCS
-
-
-@pytest.mark.slow
-def test_source_in_data_loader_with_two_workers(tmp_path):
-    docs = [[i] * (i % 5) + [60000 + i] for i in range(40)]
-    src = write_corpus(tmp_path, docs, shard_tokens=16)
+    assert [ds[i].tolist() for i in range(len(ds))] == docs
+    assert [x.tolist() for x in ds.to_iter_dataset()] == docs
     loader = grain.DataLoader(
         data_source=src,
         sampler=grain.samplers.IndexSampler(len(src), shuffle=False, num_epochs=1),
         worker_count=2,
         read_options=grain.ReadOptions(num_threads=0, prefetch_buffer_size=0),
     )
-    assert [x.tolist() for x in loader] == docs
+    out = list(loader)
+    assert [x.tolist() for x in out] == docs
+    assert {x.dtype for x in out} == {np.dtype(dtype)}
 
 
 def test_shard_record_validation():
