@@ -22,7 +22,8 @@ from grainpack.accounting import (
 from grainpack.batches import PipelineBatches
 from grainpack.checkpoint import CheckpointRestore, CheckpointSave
 from grainpack.config import PipelineConfig
-from grainpack.corpus import CorpusWriter, open_corpus, write_corpus
+from grainpack.convert import convert_corpus, convert_jsonl, convert_npy
+from grainpack.corpus import CorpusWriter, open_corpus, read_manifest, write_corpus
 from grainpack.mixing import (
     SlotMixer,
     choose_source,
@@ -50,6 +51,7 @@ from grainpack.pipeline import (
 from grainpack.sharding import make_global_batch, slot_order
 from grainpack.source import CorpusError, TokenShardSource
 from grainpack.streaming import StreamingCorpus
+from grainpack.verify import VerifyReport, describe_corpus, verify_corpus
 from grainpack.windows import MixedStream, PackedStream
 
 __version__ = "0.1.0"
@@ -75,9 +77,14 @@ __all__ = [
     "StepSampler",
     "StreamingCorpus",
     "TokenShardSource",
+    "VerifyReport",
     "choose_source",
     "choose_sources",
     "content_probabilities",
+    "convert_corpus",
+    "convert_jsonl",
+    "convert_npy",
+    "describe_corpus",
     "global_document_order",
     "make_data_loader",
     "make_dataset",
@@ -86,11 +93,13 @@ __all__ = [
     "mixture_accounting",
     "open_corpus",
     "pack_documents",
+    "read_manifest",
     "shard_documents_for_rank",
     "slot_order",
     "splitmix64",
     "splitmix64_array",
     "token_premiums",
+    "verify_corpus",
     "window_permutation",
     "window_shares",
     "write_corpus",
