@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from grainpack.checks import check_int
 from grainpack.mixing import content_probabilities
 from grainpack.order import SequenceSelector
 
@@ -70,12 +71,12 @@ class PipelineConfig:
             if not isinstance(name, str) or not isinstance(path, str | os.PathLike):
                 raise TypeError(f"sources must map str -> path; got {name!r}: {path!r}")
         object.__setattr__(self, "sources", {k: os.fspath(v) for k, v in self.sources.items()})
-        _check_int("block", self.block, minimum=1)
-        _check_int("global_batch_size", self.global_batch_size, minimum=1)
-        _check_int("seed", self.seed, minimum=0)
-        _check_int("pad_id", self.pad_id, minimum=0)
+        check_int("block", self.block, minimum=1)
+        check_int("global_batch_size", self.global_batch_size, minimum=1)
+        check_int("seed", self.seed, minimum=0)
+        check_int("pad_id", self.pad_id, minimum=0)
         if self.boundary_id is not None:
-            _check_int("boundary_id", self.boundary_id, minimum=0)
+            check_int("boundary_id", self.boundary_id, minimum=0)
         if self.unit not in ("documents", "windows"):
             raise ValueError(f"unit must be 'documents' or 'windows'; got {self.unit!r}")
         if self.unit == "windows" and (
@@ -152,10 +153,3 @@ class PipelineConfig:
             "pad_id": self.pad_id,
             "sequence_selector": None if selector is None else repr(selector),
         }
-
-
-def _check_int(name: str, value: Any, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {name}={value}")

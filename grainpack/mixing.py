@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from grainpack.checks import check_int
 from grainpack.order import MASK64, _splitmix64_inplace, splitmix64
 
 __all__ = [
@@ -41,14 +42,6 @@ SLOT_SEED_MULTIPLIER = 0x100000001  # seed 001: splitmix64(seed * 0x100000001 + 
 BLOCK_SLOTS = 1 << 16  # slots per cached count block; 512 KiB of uint64 scratch, fits in L2
 _CHUNK_SLOTS = 1 << 20  # scratch size of choose_sources (bounded memory for long ranges)
 _THREADED_BLOCKS = 256  # extend the block cache with 2 threads from 2**24 new slots on
-
-
-def _check_int(name: str, value: object, *, minimum: int | None = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {name}={value}")
-    return int(value)
 
 
 def normalize_probabilities(probs: Sequence[float] | None, num_sources: int) -> tuple[float, ...]:
@@ -72,7 +65,7 @@ def normalize_probabilities(probs: Sequence[float] | None, num_sources: int) -> 
         >>> normalize_probabilities(None, 4)
         (0.25, 0.25, 0.25, 0.25)
     """
-    n = _check_int("num_sources", num_sources, minimum=1)
+    n = check_int("num_sources", num_sources, minimum=1)
     if probs is None:
         return (1.0 / n,) * n
     if isinstance(probs, str) or not isinstance(probs, Sequence | np.ndarray):
@@ -212,8 +205,8 @@ def choose_sources(seed: int, start: int, stop: int, cumulative: Sequence[float]
         ...     choose_source(0, s, (0.5, 1.0)) for s in range(4)]
         True
     """
-    start = _check_int("start", start)
-    stop = _check_int("stop", stop, minimum=start)
+    start = check_int("start", start)
+    stop = check_int("stop", stop, minimum=start)
     n = stop - start
     out = np.zeros(n, dtype=np.int64)
     if len(cumulative) == 1 or n == 0:
@@ -249,7 +242,7 @@ class SlotMixer:
     """
 
     def __init__(self, seed: int, probs: Sequence[float]) -> None:
-        self.seed = _check_int("seed", seed, minimum=None)
+        self.seed = check_int("seed", seed, minimum=None)
         if probs is None or isinstance(probs, str) or not isinstance(probs, Sequence | np.ndarray):
             raise TypeError(
                 f"probs must be a sequence with one probability per source, got {probs!r}; "
@@ -335,7 +328,7 @@ class SlotMixer:
 
     def counts_before(self, slot: int) -> np.ndarray:
         """int64 ``(num_sources,)``: how many slots ``< slot`` chose each source."""
-        slot = _check_int("slot", slot)
+        slot = check_int("slot", slot)
         block = slot // BLOCK_SLOTS
         self._ensure_blocks(block)
         base_slot, base = block * BLOCK_SLOTS, self._prefix[block]
@@ -348,8 +341,8 @@ class SlotMixer:
 
     def counts_between(self, start: int, stop: int) -> np.ndarray:
         """int64 ``(num_sources,)``: how many slots in ``[start, stop)`` chose each source."""
-        start = _check_int("start", start)
-        stop = _check_int("stop", stop, minimum=start)
+        start = check_int("start", start)
+        stop = check_int("stop", stop, minimum=start)
         cached_slots = (self._prefix.shape[0] - 1) * BLOCK_SLOTS
         if stop - start <= 4 * BLOCK_SLOTS and stop > cached_slots:
             return self._count_range(start, stop)  # short range past the cache: count directly
@@ -357,8 +350,8 @@ class SlotMixer:
 
     def draws(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """Source and occurrence index (int64 arrays) of every slot in ``[start, stop)``."""
-        start = _check_int("start", start)
-        stop = _check_int("stop", stop, minimum=start)
+        start = check_int("start", start)
+        stop = check_int("stop", stop, minimum=start)
         sources = choose_sources(self.seed, start, stop, self.cumulative)
         before = self.counts_before(start)
         occurrences = occurrences_from(sources, before)

@@ -6,10 +6,11 @@ same result without communicating. Pure: numpy only, no grainpack IO module is i
 
 from __future__ import annotations
 
-import numbers
 from typing import Protocol
 
 import numpy as np
+
+from grainpack.checks import check_int
 
 __all__ = [
     "DOCUMENT_ORDER_STREAM",
@@ -109,17 +110,6 @@ class SequenceSelector(Protocol):
     def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray: ...
 
 
-def _check_nonnegative_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(
-            f"{name} must be a non-negative int, got {value!r} of type "
-            f"{type(value).__name__}; pass e.g. {name}=0"
-        )
-    if value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {name}={value}; pass {name} >= 0")
-    return int(value)
-
-
 def check_selected_order(selected: object, num_documents: int) -> np.ndarray:
     """Validate a selector's result: 1-D integer document ids in range, no duplicates.
 
@@ -190,9 +180,9 @@ def global_document_order(
         >>> sorted(order.tolist())
         [0, 1, 2, 3, 4]
     """
-    n = _check_nonnegative_int("num_documents", num_documents)
-    seed = _check_nonnegative_int("seed", seed)
-    epoch = _check_nonnegative_int("epoch", epoch)
+    n = check_int("num_documents", num_documents)
+    seed = check_int("seed", seed)
+    epoch = check_int("epoch", epoch)
     rng = np.random.default_rng([seed, epoch, DOCUMENT_ORDER_STREAM])
     order = rng.permutation(n).astype(np.int64, copy=False)
     if sequence_selector is None:
@@ -217,8 +207,8 @@ def shard_documents_for_rank(order: np.ndarray, rank: int, world_size: int) -> n
         >>> shard_documents_for_rank(np.arange(7), 1, 3).tolist()
         [1, 4]
     """
-    world_size = _check_nonnegative_int("world_size", world_size)
-    rank = _check_nonnegative_int("rank", rank)
+    world_size = check_int("world_size", world_size)
+    rank = check_int("rank", rank)
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size=}")
     if rank >= world_size:
@@ -248,8 +238,8 @@ def window_permutation(n_windows: int, seed: int, epoch: int) -> np.ndarray:
         >>> sorted(window_permutation(4, 0, 0).tolist())
         [0, 1, 2, 3]
     """
-    n = _check_nonnegative_int("n_windows", n_windows)
-    seed = _check_nonnegative_int("seed", seed)
-    epoch = _check_nonnegative_int("epoch", epoch)
+    n = check_int("n_windows", n_windows)
+    seed = check_int("seed", seed)
+    epoch = check_int("epoch", epoch)
     rng = np.random.default_rng([seed, epoch, WINDOW_ORDER_STREAM])
     return rng.permutation(n).astype(np.int64, copy=False)

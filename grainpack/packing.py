@@ -7,11 +7,12 @@ documents in the given order joined by ``boundary_id``; only the final row is ev
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from grainpack.checks import check_int
 
 __all__ = ["PackedCorpus", "num_packed_rows", "pack_documents", "packed_length"]
 
@@ -40,14 +41,6 @@ class PackedCorpus:
         return self.real_tokens / self.total_tokens if self.total_tokens else 0.0
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {name}={value}")
-    return int(value)
-
-
 def packed_length(lengths: np.ndarray | Sequence[int], *, with_boundary: bool) -> int:
     """Tokens in the packed stream of documents of these lengths (boundaries between them).
 
@@ -67,8 +60,8 @@ def num_packed_rows(stream_tokens: int, block: int) -> int:
         >>> num_packed_rows(7, 3), num_packed_rows(8, 3), num_packed_rows(0, 3)
         (2, 2, 0)
     """
-    stream_tokens = _check_int("stream_tokens", stream_tokens, 0)
-    block = _check_int("block", block, 1)
+    stream_tokens = check_int("stream_tokens", stream_tokens, minimum=0)
+    block = check_int("block", block, minimum=1)
     return -(-stream_tokens // (block + 1))
 
 
@@ -110,10 +103,10 @@ def pack_documents(
         >>> pack_documents(docs, [1, 0], 2, pad_id=0, boundary_id=9).rows.tolist()
         [[4, 5, 9], [1, 2, 3]]
     """
-    block = _check_int("block", block, 1)
-    pad_id = _check_int("pad_id", pad_id, np.iinfo(np.int64).min)
+    block = check_int("block", block, minimum=1)
+    pad_id = check_int("pad_id", pad_id, np.iinfo(np.int64).min)
     if boundary_id is not None:
-        boundary_id = _check_int("boundary_id", boundary_id, np.iinfo(np.int64).min)
+        boundary_id = check_int("boundary_id", boundary_id, np.iinfo(np.int64).min)
     idx = np.asarray(indices)
     if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
         raise ValueError(f"indices must be a 1-D integer array, got {idx.dtype} {idx.shape}")

@@ -6,26 +6,18 @@ corpus; concatenated, they are ``pack_documents`` of ``rank_document_indices(epo
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from grainpack.checks import check_int
 from grainpack.order import SequenceSelector, global_document_order, shard_documents_for_rank
 from grainpack.packing import pack_documents
 
 __all__ = ["StreamingCorpus"]
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {name}={value}")
-    return int(value)
 
 
 class StreamingCorpus:
@@ -68,18 +60,18 @@ class StreamingCorpus:
         boundary_id: int | None = None,
         sequence_selector: SequenceSelector | None = None,
     ) -> None:
-        self.world_size = _check_int("world_size", world_size, 1)
-        self.rank = _check_int("rank", rank, 0)
+        self.world_size = check_int("world_size", world_size, minimum=1)
+        self.rank = check_int("rank", rank, minimum=0)
         if self.rank >= self.world_size:
             raise ValueError(
                 f"rank must be in [0, world_size), got rank={rank} with world_size={world_size}"
             )
-        self.block = _check_int("block", block, 1)
-        self.batch_size = _check_int("batch_size", batch_size, 1)
-        self.seed = _check_int("seed", seed, 0)
-        self.pad_id = _check_int("pad_id", pad_id, _INT64_MIN)
+        self.block = check_int("block", block, minimum=1)
+        self.batch_size = check_int("batch_size", batch_size, minimum=1)
+        self.seed = check_int("seed", seed, minimum=0)
+        self.pad_id = check_int("pad_id", pad_id, _INT64_MIN)
         self.boundary_id = (
-            None if boundary_id is None else _check_int("boundary_id", boundary_id, _INT64_MIN)
+            None if boundary_id is None else check_int("boundary_id", boundary_id, _INT64_MIN)
         )
         if sequence_selector is not None and not callable(sequence_selector):
             raise TypeError(

@@ -7,13 +7,13 @@ A corpus's token stream is cut into contiguous ``seq_len + 1`` windows; window `
 
 from __future__ import annotations
 
-import numbers
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from grainpack.checks import check_int
 from grainpack.corpus import open_corpus
 from grainpack.mixing import (
     SlotMixer,
@@ -30,18 +30,10 @@ __all__ = ["MixedStream", "PackedStream"]
 _PERM_CACHE = 2  # epochs of permutations kept: a batch may straddle an epoch boundary
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {name}={value}")
-    return int(value)
-
-
 def _consumed_of(state: Any) -> int:
     if not isinstance(state, Mapping) or "consumed" not in state:
         raise ValueError(f"expected a PackedStream state {{'consumed': int}}, got {state!r}")
-    return _check_int("consumed", state["consumed"], 0)
+    return check_int("consumed", state["consumed"], minimum=0)
 
 
 class PackedStream:
@@ -72,8 +64,8 @@ class PackedStream:
     """
 
     def __init__(self, path: str | os.PathLike[str] | TokenShardSource, seq_len: int, seed: int):
-        self.seq_len = _check_int("seq_len", seq_len, 1)
-        self.seed = _check_int("seed", seed, 0)
+        self.seq_len = check_int("seq_len", seq_len, minimum=1)
+        self.seed = check_int("seed", seed, minimum=0)
         self.source = path if isinstance(path, TokenShardSource) else open_corpus(path)
         self.path = path if not isinstance(path, TokenShardSource) else None
         self.dtype = self.source.dtype
@@ -113,7 +105,7 @@ class PackedStream:
 
     def get(self, k: int) -> np.ndarray:
         """``k``-th window in the global consumption order (deterministic)."""
-        k = _check_int("k", k, 0)
+        k = check_int("k", k, minimum=0)
         epoch, pos = divmod(k, self.n_windows)
         return self.window(int(self.permutation(epoch)[pos]))
 
@@ -194,7 +186,7 @@ class MixedStream:
                 f"sources must be a non-empty mapping language -> corpus path, got {sources!r}"
             )
         self.langs = list(sources)
-        self.seed = _check_int("seed", seed, 0)
+        self.seed = check_int("seed", seed, minimum=0)
         if isinstance(probs, Mapping):
             if set(probs) != set(self.langs):
                 raise ValueError(
@@ -235,7 +227,7 @@ class MixedStream:
 
     def next_batch(self, n: int) -> tuple[np.ndarray, dict[str, int]]:
         """``n`` windows -> array ``(n, seq_len + 1)``; also per-language window counts."""
-        n = _check_int("n", n, 0)
+        n = check_int("n", n, minimum=0)
         rows = np.empty((n, self.seq_len + 1), dtype=self._dtype)
         counts = {lang: 0 for lang in self.langs}
         _, per_lang = self._draw_many(n)
@@ -256,9 +248,9 @@ class MixedStream:
         """Draw ``n_global`` slots; return the rows of ``rank`` (global rows ``j % world ==
         rank``) and per-language counts of those rows only. Every rank advances every stream.
         """
-        n_global = _check_int("n_global", n_global, 0)
-        world = _check_int("world", world, 1)
-        rank = _check_int("rank", rank, 0)
+        n_global = check_int("n_global", n_global, minimum=0)
+        world = check_int("world", world, minimum=1)
+        rank = check_int("rank", rank, minimum=0)
         if rank >= world:
             raise ValueError(f"rank must be in [0, world), got {rank=} with {world=}")
         rows = np.empty((len(range(rank, n_global, world)), self.seq_len + 1), dtype=self._dtype)
@@ -272,7 +264,7 @@ class MixedStream:
 
     def skip_to(self, slot: int) -> None:
         """Fast-forward the mixture state to ``slot`` without reading data (for resume)."""
-        slot = _check_int("slot", slot, 0)
+        slot = check_int("slot", slot, minimum=0)
         if slot < self.slot:
             raise ValueError(
                 f"skip_to can only move forward: at slot {self.slot}, got {slot=}; "
@@ -300,7 +292,7 @@ class MixedStream:
         unknown = [lang for lang in state["streams"] if lang not in self.streams]
         if unknown:
             raise ValueError(f"state names unknown languages {unknown}; this mix has {self.langs}")
-        slot = _check_int("slot", state["slot"], 0)
+        slot = check_int("slot", state["slot"], minimum=0)
         consumed = {lang: _consumed_of(st) for lang, st in state["streams"].items()}
         for lang, count in consumed.items():  # all validated before anything changes
             self.streams[lang].consumed = count
