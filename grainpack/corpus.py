@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from grainpack.formats import open_megatron, open_seed_layout
 from grainpack.source import CorpusError, ShardRecord, TokenShardSource
 
 __all__ = [
@@ -48,10 +49,6 @@ FORMAT_NAME = "grainpack"
 FORMAT_VERSION = 1
 DTYPES = ("uint16", "uint32")
 _SHARD_FILE = re.compile(r"(tokens|offsets)-\d{5,}\.bin")
-_MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
-_MEGATRON_HEADER = 34
-# peers.md §1.1; codes 6 (float64) and 7 (float32) are not token ids.
-_MEGATRON_DTYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 8: "uint16"}
 
 PathLike = str | os.PathLike[str]
 
@@ -461,103 +458,6 @@ def _open_native(path: Path, eos_id: int | None) -> TokenShardSource:
     )
 
 
-def _open_seed(path: Path, eos_id: int | None) -> TokenShardSource:
-    raw = (path / "index.json").read_bytes()
-    try:
-        index = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise CorpusError(f"{path / 'index.json'}: not valid JSON ({err})") from err
-    if not isinstance(index, dict) or not all(_is_int(n) and n >= 0 for n in index.values()):
-        raise CorpusError(
-            f"{path / 'index.json'}: expected an object mapping shard file name -> "
-            "token count (int >= 0)"
-        )
-    if eos_id is not None and not 0 <= eos_id < 1 << 16:
-        raise ValueError(f"eos_id must fit the seed layout's uint16 ids, got {eos_id=}")
-    digest = hashlib.sha256(b"grainpack/seed-layout\n" + raw + f"\neos_id={eos_id}\n".encode())
-    records = []
-    for name in sorted(index):  # the seed reads shards in sorted name order, skipping empty ones
-        count = index[name]
-        if count == 0:
-            continue
-        file = path / name
-        size = file.stat().st_size if file.is_file() else None
-        if size is None or size < 2 * count:
-            found = "missing" if size is None else f"{size} bytes = {size // 2} tokens"
-            raise CorpusError(
-                f"{file}: index.json says {count} uint16 tokens, file is {found}; "
-                "the shard is truncated: regenerate it or fix index.json"
-            )
-        digest.update(f"{name}\t{size}\n".encode())
-        kind = "whole" if eos_id is None else "eos"
-        records.append(
-            ShardRecord(
-                str(file), count, offsets_kind=kind, num_documents=1 if eos_id is None else None
-            )
-        )
-    return TokenShardSource(records, dtype="uint16", fingerprint=digest.hexdigest(), eos_id=eos_id)
-
-
-def _open_megatron(prefix: Path, eos_id: int | None) -> TokenShardSource:
-    idx, bin_ = Path(f"{prefix}.idx"), Path(f"{prefix}.bin")
-    for file in (idx, bin_):
-        if not file.is_file():
-            raise CorpusError(f"Megatron prefix {prefix}: {file.name} is missing")
-    raw = idx.read_bytes()
-    if len(raw) < _MEGATRON_HEADER:
-        raise CorpusError(f"{idx}: {len(raw)} bytes, shorter than the 34-byte header (truncated)")
-    if raw[:9] != _MEGATRON_MAGIC:
-        raise CorpusError(f"{idx}: bad magic {raw[:9]!r}, expected {_MEGATRON_MAGIC!r}")
-    (version,) = struct.unpack_from("<Q", raw, 9)
-    if version != 1:
-        raise CorpusError(f"{idx}: version {version}, only MMIDIDX version 1 is supported")
-    code = raw[17]
-    if code not in _MEGATRON_DTYPES:
-        raise CorpusError(
-            f"{idx}: dtype code {code} is not an integer token dtype; supported "
-            f"codes: {_MEGATRON_DTYPES}"
-        )
-    dtype = np.dtype(_MEGATRON_DTYPES[code])
-    s, d1 = struct.unpack_from("<QQ", raw, 18)
-    expected = _MEGATRON_HEADER + 12 * s + 8 * d1
-    if len(raw) not in (expected, expected + s):  # + s: multimodal sequence_modes
-        raise CorpusError(
-            f"{idx}: {len(raw)} bytes, expected {expected} for {s} sequences and "
-            f"{d1} document indices (truncated or corrupt)"
-        )
-    lengths = np.frombuffer(raw, "<i4", s, _MEGATRON_HEADER).astype(np.int64)
-    pointers = np.frombuffer(raw, "<i8", s, _MEGATRON_HEADER + 4 * s)
-    doc_index = np.frombuffer(raw, "<i8", d1, _MEGATRON_HEADER + 12 * s)
-    if d1 == 0 or doc_index[0] != 0 or doc_index[-1] != s or (lengths < 0).any():
-        raise CorpusError(
-            f"{idx}: inconsistent index (negative lengths or document_indices not "
-            f"running from 0 to {s})"
-        )
-    records = []
-    size = bin_.stat().st_size
-    if s:
-        expect = pointers[0] + np.concatenate([[0], np.cumsum(lengths[:-1] * dtype.itemsize)])
-        bad = np.flatnonzero(pointers != expect)
-        if bad.size:
-            i = int(bad[0])
-            raise CorpusError(
-                f"{idx}: sequence pointers are not contiguous: sequence {i} starts "
-                f"at byte {pointers[i]}, expected {expect[i]} (previous pointer + "
-                "length * itemsize); rewrite the dataset without gaps"
-            )
-        total, start = int(lengths.sum()), int(pointers[0])
-        if start < 0 or start + total * dtype.itemsize > size:
-            raise CorpusError(
-                f"{bin_}: {size} bytes, the index needs {start + total * dtype.itemsize}"
-                " (truncated)"
-            )
-        records.append(
-            ShardRecord(str(bin_), total, start, "lengths", str(idx), _MEGATRON_HEADER, s)
-        )
-    digest = hashlib.sha256(b"grainpack/megatron\n" + raw + f"\nbin_size={size}\n".encode())
-    return TokenShardSource(records, dtype=dtype, fingerprint=digest.hexdigest(), eos_id=eos_id)
-
-
 def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSource:
     """Opens a native corpus, a seed-layout directory or a Megatron ``.bin``/``.idx`` prefix.
 
@@ -590,11 +490,11 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
         if (p / MANIFEST_NAME).is_file():
             return _open_native(p, eos_id)
         if (p / "index.json").is_file():
-            return _open_seed(p, eos_id)
+            return open_seed_layout(p, eos_id=eos_id)
         raise CorpusError(_not_a_corpus(p))
     prefix = p.with_suffix("") if p.suffix in (".bin", ".idx") else p
     if Path(f"{prefix}.idx").exists() or Path(f"{prefix}.bin").exists():
-        return _open_megatron(prefix, eos_id)
+        return open_megatron(prefix, eos_id=eos_id)
     if not p.exists():
         raise FileNotFoundError(_not_a_corpus(p).replace("is not a corpus", "does not exist"))
     raise CorpusError(_not_a_corpus(p))

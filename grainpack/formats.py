@@ -1,0 +1,132 @@
+"""Readers for foreign layouts: the window loader's ``index.json`` directories and Megatron.
+
+Both become a :class:`~grainpack.source.TokenShardSource` without conversion; the byte layouts
+are documented in the README (``.idx``: magic, version, dtype code, counts, then unaligned
+int32 lengths, int64 pointers and int64 document indices from byte 34).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from grainpack.source import CorpusError, ShardRecord, TokenShardSource
+
+_MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
+_MEGATRON_HEADER = 34
+# peers.md §1.1; codes 6 (float64) and 7 (float32) are not token ids.
+_MEGATRON_DTYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 8: "uint16"}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def open_seed_layout(path: Path, *, eos_id: int | None = None) -> TokenShardSource:
+    """The window loader's layout: ``index.json`` (file name -> uint16 token count) + shards.
+
+    Shards are read in sorted name order and empty ones skipped, as the seed does. Each
+    shard is one document, or, with ``eos_id``, split after every ``eos_id``.
+    """
+    raw = (path / "index.json").read_bytes()
+    try:
+        index = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise CorpusError(f"{path / 'index.json'}: not valid JSON ({err})") from err
+    if not isinstance(index, dict) or not all(_is_int(n) and n >= 0 for n in index.values()):
+        raise CorpusError(
+            f"{path / 'index.json'}: expected an object mapping shard file name -> "
+            "token count (int >= 0)"
+        )
+    if eos_id is not None and not 0 <= eos_id < 1 << 16:
+        raise ValueError(f"eos_id must fit the seed layout's uint16 ids, got {eos_id=}")
+    digest = hashlib.sha256(b"grainpack/seed-layout\n" + raw + f"\neos_id={eos_id}\n".encode())
+    records = []
+    for name in sorted(index):  # the seed reads shards in sorted name order, skipping empty ones
+        count = index[name]
+        if count == 0:
+            continue
+        file = path / name
+        size = file.stat().st_size if file.is_file() else None
+        if size is None or size < 2 * count:
+            found = "missing" if size is None else f"{size} bytes = {size // 2} tokens"
+            raise CorpusError(
+                f"{file}: index.json says {count} uint16 tokens, file is {found}; "
+                "the shard is truncated: regenerate it or fix index.json"
+            )
+        digest.update(f"{name}\t{size}\n".encode())
+        kind = "whole" if eos_id is None else "eos"
+        records.append(
+            ShardRecord(
+                str(file), count, offsets_kind=kind, num_documents=1 if eos_id is None else None
+            )
+        )
+    return TokenShardSource(records, dtype="uint16", fingerprint=digest.hexdigest(), eos_id=eos_id)
+
+
+def open_megatron(prefix: Path, *, eos_id: int | None = None) -> TokenShardSource:
+    """A Megatron-LM indexed dataset ``PREFIX.bin`` + ``PREFIX.idx`` (``MMIDIDX`` version 1).
+
+    Documents are its sequences; the sequences must lie back to back in ``.bin``.
+    """
+    idx, bin_ = Path(f"{prefix}.idx"), Path(f"{prefix}.bin")
+    for file in (idx, bin_):
+        if not file.is_file():
+            raise CorpusError(f"Megatron prefix {prefix}: {file.name} is missing")
+    raw = idx.read_bytes()
+    if len(raw) < _MEGATRON_HEADER:
+        raise CorpusError(f"{idx}: {len(raw)} bytes, shorter than the 34-byte header (truncated)")
+    if raw[:9] != _MEGATRON_MAGIC:
+        raise CorpusError(f"{idx}: bad magic {raw[:9]!r}, expected {_MEGATRON_MAGIC!r}")
+    (version,) = struct.unpack_from("<Q", raw, 9)
+    if version != 1:
+        raise CorpusError(f"{idx}: version {version}, only MMIDIDX version 1 is supported")
+    code = raw[17]
+    if code not in _MEGATRON_DTYPES:
+        raise CorpusError(
+            f"{idx}: dtype code {code} is not an integer token dtype; supported "
+            f"codes: {_MEGATRON_DTYPES}"
+        )
+    dtype = np.dtype(_MEGATRON_DTYPES[code])
+    s, d1 = struct.unpack_from("<QQ", raw, 18)
+    expected = _MEGATRON_HEADER + 12 * s + 8 * d1
+    if len(raw) not in (expected, expected + s):  # + s: multimodal sequence_modes
+        raise CorpusError(
+            f"{idx}: {len(raw)} bytes, expected {expected} for {s} sequences and "
+            f"{d1} document indices (truncated or corrupt)"
+        )
+    lengths = np.frombuffer(raw, "<i4", s, _MEGATRON_HEADER).astype(np.int64)
+    pointers = np.frombuffer(raw, "<i8", s, _MEGATRON_HEADER + 4 * s)
+    doc_index = np.frombuffer(raw, "<i8", d1, _MEGATRON_HEADER + 12 * s)
+    if d1 == 0 or doc_index[0] != 0 or doc_index[-1] != s or (lengths < 0).any():
+        raise CorpusError(
+            f"{idx}: inconsistent index (negative lengths or document_indices not "
+            f"running from 0 to {s})"
+        )
+    records = []
+    size = bin_.stat().st_size
+    if s:
+        expect = pointers[0] + np.concatenate([[0], np.cumsum(lengths[:-1] * dtype.itemsize)])
+        bad = np.flatnonzero(pointers != expect)
+        if bad.size:
+            i = int(bad[0])
+            raise CorpusError(
+                f"{idx}: sequence pointers are not contiguous: sequence {i} starts "
+                f"at byte {pointers[i]}, expected {expect[i]} (previous pointer + "
+                "length * itemsize); rewrite the dataset without gaps"
+            )
+        total, start = int(lengths.sum()), int(pointers[0])
+        if start < 0 or start + total * dtype.itemsize > size:
+            raise CorpusError(
+                f"{bin_}: {size} bytes, the index needs {start + total * dtype.itemsize}"
+                " (truncated)"
+            )
+        records.append(
+            ShardRecord(str(bin_), total, start, "lengths", str(idx), _MEGATRON_HEADER, s)
+        )
+    digest = hashlib.sha256(b"grainpack/megatron\n" + raw + f"\nbin_size={size}\n".encode())
+    return TokenShardSource(records, dtype=dtype, fingerprint=digest.hexdigest(), eos_id=eos_id)
