@@ -9,6 +9,7 @@ cumulative weights) and takes that source's next row (its *occurrence*); process
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sys
@@ -111,7 +112,7 @@ class PipelineBatches:
 
     # -- identity ---------------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> int:
         """63-bit digest of the config and the corpora's content fingerprints."""
         description = self.config.description()

@@ -211,6 +211,7 @@ def make_dataset(
     if isinstance(worker_count, bool) or not isinstance(worker_count, int) or worker_count < 0:
         raise ValueError(f"worker_count must be an int >= 0; got {worker_count!r}")
     batches = PipelineBatches(config, process_count=count)
+    batches.sources  # noqa: B018 -- open the corpora now: bad paths fail here, not at next()
     options = _Options(p, worker_count, worker_buffer_size, ignore_fingerprint_mismatch)
     return PipelineDataset(batches, options)
 

@@ -1,0 +1,26 @@
+"""The README's code runs as written, and its training loop is examples/train_loop.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README, flags=re.S)
+
+
+def test_usage_snippet_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(python_blocks()[0], namespace)
+    assert namespace["batch"]["inputs"].shape == (256, 2048)
+    assert namespace["state"]["step"] == 1
+
+
+def test_readme_training_loop_is_the_tested_example():
+    example = (ROOT / "examples" / "train_loop.py").read_text()
+    assert f"```python\n{example}```" in README
