@@ -17,6 +17,7 @@ import grain
 import numpy as np
 
 from grainpack.batches import FORMAT_VERSION, PipelineBatches
+from grainpack.checks import check_int
 from grainpack.config import PipelineConfig
 
 STATE_KEYS = ("version", "step", "process_index", "process_count", "fingerprint", "digest")
@@ -143,6 +144,12 @@ class PipelineIterator(grain.DatasetIterator):
             raise ValueError(
                 f"not a grainpack iterator state: expected keys {sorted(STATE_KEYS)}, got {state!r}"
             )
+        bad = [k for k in STATE_KEYS if isinstance(state[k], bool) or not isinstance(state[k], int)]
+        if bad or state["step"] < 0 or not 0 <= state["process_index"] < state["process_count"]:
+            raise ValueError(
+                f"corrupt grainpack iterator state {dict(state)!r}: every value must be an int, "
+                "step >= 0 and 0 <= process_index < process_count"
+            )
         if state["version"] != FORMAT_VERSION:
             raise ValueError(
                 f"iterator state version {state['version']} is not {FORMAT_VERSION}; it was "
@@ -208,8 +215,8 @@ def make_dataset(
       ((2, 8), 1)
     """
     p, count = process_index_and_count(process_index, process_count)
-    if isinstance(worker_count, bool) or not isinstance(worker_count, int) or worker_count < 0:
-        raise ValueError(f"worker_count must be an int >= 0; got {worker_count!r}")
+    check_int("worker_count", worker_count)
+    check_int("worker_buffer_size", worker_buffer_size, minimum=1)
     batches = PipelineBatches(config, process_count=count)
     batches.sources  # noqa: B018 -- open the corpora now: bad paths fail here, not at next()
     options = _Options(p, worker_count, worker_buffer_size, ignore_fingerprint_mismatch)

@@ -274,3 +274,13 @@ def test_grain_data_loader_state_resumes(two_sources):
     for a, b in zip(take(it2, 2), expected):
         np.testing.assert_array_equal(a["inputs"], b["inputs"])
     assert isinstance(loader, grain.DataLoader)
+
+
+@pytest.mark.parametrize("bad", [{"step": "3"}, {"step": -2}, {"step": 2.0}, {"digest": None}])
+def test_set_state_rejects_a_corrupt_state(two_sources, bad):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4)
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    next(it)
+    with pytest.raises(ValueError, match="corrupt grainpack iterator state"):
+        it.set_state({**it.get_state(), **bad})
