@@ -1,0 +1,667 @@
+"""Ready-made ``sequence_selector``s: length buckets, rate schedules, a bandit, composition.
+
+A selector is a pure function ``(order, seed, epoch) -> order`` of its arguments and of its
+own small, picklable state (:class:`Selector`). The pipeline calls it lazily, for every
+source and epoch, in every process and Grain worker, so the same arguments must give the
+same documents everywhere.
+
+:class:`LengthBuckets` buckets documents by length (from the corpus ``lengths``, never by
+reading tokens) and keeps a fraction of every bucket. Document ``d`` of an epoch is kept iff
+``splitmix64(k ^ d) < rate * 2**64`` with ``k = splitmix64(splitmix64(seed ^ 0x5E1EC7) ^
+epoch)``: a pure function of (seed, epoch, document), so another epoch keeps other long
+documents, and kept documents stay in the order of the base permutation. Rates are a table
+(one row per epoch, the last repeating), a :class:`LinearRamp`, or a :class:`LengthBandit`.
+
+Lengths come from ``corpus=``: an object with ``.lengths`` such as the
+``TokenShardSource`` of :func:`grainpack.open_corpus`, which pickles small (memmaps and
+derived arrays are dropped) and computes ``lengths`` lazily in each process. A selector built
+on one corpus serves single-source configs. A pipeline that calls ``bind(name, corpus)`` on
+its selector for every source gives each source its own lengths and lets :class:`PerSource`
+choose a selector by source name.
+
+:class:`LengthBandit` adapts the rates from rewards the training loop reports per bucket
+(exponential weights with uniform exploration, i.e. EXP3 where every bucket is observed every
+epoch). Rewards of epoch ``e`` decide the rates of epoch ``e + delay`` (``delay >= 1``,
+default 2), and epochs ``< delay`` keep everything. Decided rates are kept per epoch and never
+change, so the order of epoch ``e`` is a pure function of (seed, epoch, rewards of epochs
+``<= e - delay``). It does not depend on when the pipeline computes the epoch (plans are
+cached and computed ahead). If the pipeline reaches an epoch that is not decided yet, it
+raises :class:`UndecidedEpochError` instead of guessing.
+Contract for the training loop:
+
+* report the same rewards at the same step on every process. Compute them from globally
+  reduced metrics, and decide when to report from global information, such as the epochs
+  in the global batch (``provenance=True``) or a function of the step;
+* report epoch ``e`` before the pipeline needs epoch ``e + delay``. With ``delay=2``,
+  report ``e`` when rows of ``e + 1`` first appear;
+* Grain workers hold a pickled copy of the bandit taken when the iterator opened. After
+  ``update``, call ``iterator.close()``: the next batch restarts the workers with the new
+  state at the same step. In-process iteration (``worker_count=0``) sees updates at once;
+* save :meth:`LengthBandit.state_dict` with the checkpoint (``ocp.args.JsonSave``). On
+  restore, load it *before* the data iterator, because ``set_state`` recomputes the last
+  batch to verify it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from grainpack.order import SequenceSelector, check_selected_order, splitmix64, splitmix64_array
+
+__all__ = [
+    "BucketReport",
+    "Chain",
+    "HasLengths",
+    "LengthBandit",
+    "LengthBuckets",
+    "LinearRamp",
+    "PerSource",
+    "RateSchedule",
+    "Selector",
+    "UndecidedEpochError",
+]
+
+KEEP_STREAM = 0x5E1EC7
+_STATE_FORMAT = "grainpack.LengthBandit/1"
+
+
+class HasLengths(Protocol):
+    """A corpus exposing per-document token counts (``TokenShardSource`` does)."""
+
+    @property
+    def lengths(self) -> np.ndarray: ...
+
+
+@runtime_checkable
+class RateSchedule(Protocol):
+    """Keep rate per length bucket for each epoch; each rate is in ``[0, 1]``."""
+
+    @property
+    def num_buckets(self) -> int: ...
+
+    def rates(self, epoch: int) -> tuple[float, ...]: ...
+
+
+class Selector(SequenceSelector, Protocol):
+    """The curriculum selector contract. Only ``__call__`` is required by the pipeline.
+
+    ``__call__(order, seed, epoch)`` returns a subset of ``order``, each id at most once. It
+    must be a pure function of its arguments and the selector's state, pickle small, and have
+    a stable, content-derived ``repr`` (the repr goes into the pipeline fingerprint).
+    ``report(order, seed, epoch)`` returns what was kept, for logging. ``bind(name, corpus)``
+    returns the selector to use for source ``name``, or ``None`` for no selection.
+    """
+
+    def report(self, order: np.ndarray, seed: int, epoch: int) -> Any: ...
+
+    def bind(self, name: str, corpus: HasLengths) -> SequenceSelector | None: ...
+
+
+class UndecidedEpochError(RuntimeError):
+    """The pipeline needs keep rates of an epoch the bandit has not decided yet."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketReport:
+    """What a :class:`LengthBuckets` kept in one epoch, per bucket (JSON via ``as_dict``).
+
+    Attributes:
+      epoch: the epoch.
+      edges: bucket edges in tokens.
+      rates: keep rate of each bucket.
+      documents: documents offered per bucket.
+      kept_documents: documents kept per bucket.
+      tokens: tokens offered per bucket.
+      kept_tokens: tokens kept per bucket.
+    """
+
+    epoch: int
+    edges: tuple[int, ...]
+    rates: tuple[float, ...]
+    documents: tuple[int, ...]
+    kept_documents: tuple[int, ...]
+    tokens: tuple[int, ...]
+    kept_tokens: tuple[int, ...]
+
+    @property
+    def token_shares(self) -> tuple[float, ...]:
+        """Fraction of the kept tokens that falls in each bucket."""
+        total = sum(self.kept_tokens)
+        return tuple(t / total if total else 0.0 for t in self.kept_tokens)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data for a logger."""
+        return {**dataclasses.asdict(self), "token_shares": self.token_shares}
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearRamp:
+    """Rates moving linearly from ``start`` (epoch 0) to ``end`` (epoch ``epochs`` onwards).
+
+    Example:
+      >>> LinearRamp(start=(1.0, 0.0), end=(1.0, 1.0), epochs=4).rates(1)
+      (1.0, 0.25)
+    """
+
+    start: tuple[float, ...]
+    end: tuple[float, ...]
+    epochs: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start", _check_rates("start", self.start))
+        object.__setattr__(self, "end", _check_rates("end", self.end))
+        if len(self.start) != len(self.end):
+            raise ValueError(
+                f"start and end need one rate per bucket each; got {len(self.start)} and "
+                f"{len(self.end)} rates"
+            )
+        _check_int("epochs", self.epochs, minimum=1)
+
+    @property
+    def num_buckets(self) -> int:
+        """Number of length buckets."""
+        return len(self.start)
+
+    def rates(self, epoch: int) -> tuple[float, ...]:
+        """Rates of ``epoch``."""
+        t = min(_check_int("epoch", epoch, minimum=0), self.epochs) / self.epochs
+        return tuple(a + (b - a) * t for a, b in zip(self.start, self.end))
+
+
+@dataclasses.dataclass(frozen=True)
+class LengthBuckets:
+    """Keep a per-epoch fraction of each document-length bucket.
+
+    Args:
+      edges: strictly increasing token counts; bucket ``i`` holds documents with
+        ``edges[i-1] <= length < edges[i]`` (``len(edges) + 1`` buckets).
+      rates: keep rate per bucket in ``[0, 1]``: one sequence for every epoch, a table of
+        them (row ``e`` for epoch ``e``, the last row afterwards), or a :class:`RateSchedule`
+        such as :class:`LinearRamp` or :class:`LengthBandit`.
+      corpus: where lengths come from (e.g. ``gp.open_corpus(path)``), or ``None`` for a
+        pipeline that binds selectors to sources.
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> src = gp.write_corpus(tempfile.mkdtemp(), [np.ones(n, int) for n in (3, 5, 50, 70)])
+      >>> short_only = LengthBuckets(edges=(10,), rates=(1.0, 0.0), corpus=src)
+      >>> sorted(short_only(gp.global_document_order(4, seed=0, epoch=0), 0, 0).tolist())
+      [0, 1]
+    """
+
+    edges: tuple[int, ...]
+    rates: tuple[tuple[float, ...], ...] | RateSchedule
+    corpus: HasLengths | None = None
+
+    def __post_init__(self) -> None:
+        edges = tuple(self.edges) if isinstance(self.edges, Sequence) else self.edges
+        if not isinstance(edges, tuple):
+            raise TypeError(f"edges must be a sequence of ints; got {self.edges!r}")
+        for x in edges:
+            _check_int("edges", x, minimum=1)
+        if any(b <= a for a, b in itertools.pairwise(edges)):
+            raise ValueError(
+                f"edges must be strictly increasing token counts; got {edges=}; sort them "
+                "and drop duplicates"
+            )
+        object.__setattr__(self, "edges", tuple(int(x) for x in edges))
+        rates = self.rates
+        if not isinstance(rates, RateSchedule):
+            if not isinstance(rates, Sequence) or not rates:
+                raise TypeError(
+                    "rates must be a sequence of per-bucket rates, a table of them (one row "
+                    f"per epoch) or a RateSchedule; got {rates!r}"
+                )
+            rows = rates if isinstance(rates[0], Sequence) else [rates]
+            rates = tuple(_check_rates("rates", row) for row in rows)
+            object.__setattr__(self, "rates", rates)
+        counts = {len(row) for row in rates} if isinstance(rates, tuple) else {rates.num_buckets}
+        if counts != {self.num_buckets}:
+            raise ValueError(
+                f"{len(self.edges)} edges make {self.num_buckets} buckets, so rates need "
+                f"{self.num_buckets} values per epoch; got {sorted(counts)}"
+            )
+        if self.corpus is not None and not hasattr(self.corpus, "lengths"):
+            raise TypeError(
+                f"corpus must expose .lengths (e.g. gp.open_corpus(path)); got {self.corpus!r}"
+            )
+
+    @property
+    def num_buckets(self) -> int:
+        """Number of length buckets."""
+        return len(self.edges) + 1
+
+    def rates_for(self, epoch: int) -> tuple[float, ...]:
+        """Keep rate of each bucket in ``epoch``."""
+        if isinstance(self.rates, tuple):
+            return self.rates[min(epoch, len(self.rates) - 1)]
+        return _check_rates("schedule rates", self.rates.rates(epoch))
+
+    def bucket_of(self, documents: np.ndarray) -> np.ndarray:
+        """Bucket index (int64) of each document id."""
+        return np.searchsorted(self.edges, self._lengths(documents), side="right")
+
+    def _all_lengths(self) -> np.ndarray:
+        if self.corpus is None:
+            raise ValueError(
+                "LengthBuckets needs document lengths: pass corpus=gp.open_corpus(path) for a "
+                "single-source config, or use a pipeline that binds selectors to sources"
+            )
+        return np.asarray(self.corpus.lengths)
+
+    def _lengths(self, documents: np.ndarray) -> np.ndarray:
+        lengths = self._all_lengths()
+        docs = np.asarray(documents, dtype=np.int64)
+        if docs.size and (docs.min() < 0 or docs.max() >= len(lengths)):
+            raise ValueError(
+                f"document ids up to {docs.max()} given to a selector built on a corpus of "
+                f"{len(lengths)} documents ({self.corpus!r}); a selector with corpus= serves "
+                "that corpus only: use one source, or PerSource with a binding pipeline"
+            )
+        return lengths[docs]
+
+    def _keep(self, order: np.ndarray, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(bucket of each document of ``order``, keep mask)."""
+        docs = np.asarray(order, dtype=np.int64)
+        buckets = self.bucket_of(docs)
+        rates = self.rates_for(epoch)
+        limits = np.array([min(int(r * 2.0**64), 2**64 - 1) for r in rates], dtype=np.uint64)
+        always = np.array([r >= 1.0 for r in rates])
+        key = splitmix64(splitmix64(int(seed) ^ KEEP_STREAM) ^ int(epoch))
+        hashes = splitmix64_array(docs.astype(np.uint64) ^ np.uint64(key))
+        return buckets, (hashes < limits[buckets]) | always[buckets]
+
+    def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+        docs = np.asarray(order, dtype=np.int64)
+        return docs[self._keep(docs, seed, epoch)[1]]
+
+    def report(self, order: np.ndarray | None, seed: int, epoch: int) -> BucketReport:
+        """What ``self(order, seed, epoch)`` keeps per bucket; ``None``: every document.
+
+        Selection ignores positions, so ``None`` gives the same counts as the base order.
+        """
+        _check_int("seed", seed, minimum=0)
+        _check_int("epoch", epoch, minimum=0)
+        if order is None:
+            order = np.arange(len(self._all_lengths()))
+        buckets, keep = self._keep(order, seed, epoch)
+        lengths = self._lengths(order)
+        k = self.num_buckets
+
+        def count(mask: np.ndarray | None, weights: np.ndarray | None) -> tuple[int, ...]:
+            b = buckets if mask is None else buckets[mask]
+            w = None if weights is None else (weights if mask is None else weights[mask])
+            return tuple(int(x) for x in np.bincount(b, weights=w, minlength=k))
+
+        return BucketReport(
+            epoch=int(epoch),
+            edges=self.edges,
+            rates=self.rates_for(epoch),
+            documents=count(None, None),
+            kept_documents=count(keep, None),
+            tokens=count(None, lengths),
+            kept_tokens=count(keep, lengths),
+        )
+
+    def bind(self, name: str, corpus: HasLengths) -> LengthBuckets:
+        """This selector for pipeline source ``name`` (its lengths come from ``corpus``)."""
+        if self.corpus is None:
+            return dataclasses.replace(self, corpus=corpus)
+        mine, theirs = (getattr(c, "fingerprint", None) for c in (self.corpus, corpus))
+        if mine is not None and theirs is not None and mine != theirs:
+            raise ValueError(
+                f"this LengthBuckets was built on {self.corpus!r} but the pipeline applies it "
+                f"to source {name!r} ({corpus!r}); drop corpus= or use PerSource"
+            )
+        return self
+
+
+class LengthBandit:
+    """Keep rates per length bucket learned from rewards (a :class:`RateSchedule`).
+
+    Preferences ``h`` start at 0. ``update(e, rewards)`` adds ``learning_rate * reward`` to
+    each bucket's preference (NaN: bucket not observed, left alone) and decides the rates of
+    epoch ``e + delay``: ``p = (1 - exploration) * softmax(h) + exploration / num_buckets``,
+    ``rate = p / max(p)``. The favoured bucket keeps every document, and every bucket keeps
+    at least ``exploration / num_buckets``. Epochs ``< delay`` keep everything. Rates of
+    decided epochs never change (see the module docstring for the contract).
+
+    Args:
+      num_buckets: buckets of the :class:`LengthBuckets` it drives (``len(edges) + 1``).
+      learning_rate: step on the preferences per unit of reward, > 0.
+      exploration: uniform mixing in ``(0, 1]``.
+      delay: epochs between the rewards of an epoch and the first rates they change, >= 1.
+
+    Example:
+      >>> bandit = LengthBandit(2, learning_rate=1.0, exploration=0.2, delay=1)
+      >>> bandit.rates(0)
+      (1.0, 1.0)
+      >>> [round(r, 3) for r in bandit.update(0, [0.0, -2.0])]
+      [1.0, 0.243]
+      >>> bandit.rates(1) == bandit.history[1]
+      True
+    """
+
+    def __init__(
+        self,
+        num_buckets: int,
+        *,
+        learning_rate: float = 1.0,
+        exploration: float = 0.1,
+        delay: int = 2,
+    ) -> None:
+        self._num_buckets = _check_int("num_buckets", num_buckets, minimum=1)
+        self._learning_rate = _check_float("learning_rate", learning_rate, 0.0, math.inf)
+        self._exploration = _check_float("exploration", exploration, 0.0, 1.0, closed_high=True)
+        self._delay = _check_int("delay", delay, minimum=1)
+        self._preferences = [0.0] * self._num_buckets
+        self._history = [(1.0,) * self._num_buckets] * self._delay
+
+    def __repr__(self) -> str:
+        # Configuration only: the repr is in the pipeline fingerprint, which must not change
+        # while the bandit learns. Checkpoints carry the state (state_dict).
+        return (
+            f"LengthBandit(num_buckets={self._num_buckets}, learning_rate="
+            f"{self._learning_rate!r}, exploration={self._exploration!r}, delay={self._delay})"
+        )
+
+    @property
+    def num_buckets(self) -> int:
+        """Number of length buckets."""
+        return self._num_buckets
+
+    @property
+    def delay(self) -> int:
+        """Epochs between the rewards of an epoch and the rates they decide."""
+        return self._delay
+
+    @property
+    def updates(self) -> int:
+        """Epochs rewarded so far; the next ``update`` is for this epoch."""
+        return len(self._history) - self._delay
+
+    @property
+    def history(self) -> tuple[tuple[float, ...], ...]:
+        """Decided rates, one row per epoch ``0 .. decided - 1``."""
+        return tuple(self._history)
+
+    def probabilities(self) -> tuple[float, ...]:
+        """The current policy ``p`` (sums to 1)."""
+        top = max(self._preferences)
+        weights = [math.exp(h - top) for h in self._preferences]
+        total = sum(weights)
+        mix, k = self._exploration, self._num_buckets
+        return tuple((1.0 - mix) * w / total + mix / k for w in weights)
+
+    def rates(self, epoch: int) -> tuple[float, ...]:
+        """Decided rates of ``epoch``.
+
+        Raises:
+          UndecidedEpochError: ``epoch`` is not decided yet.
+        """
+        epoch = _check_int("epoch", epoch, minimum=0)
+        if epoch < len(self._history):
+            return self._history[epoch]
+        raise UndecidedEpochError(
+            f"LengthBandit has decided the rates of epochs 0..{len(self._history) - 1} only, "
+            f"but epoch {epoch} is needed; call update({self.updates}, rewards) earlier, "
+            f"at the latest before the pipeline reaches epoch {len(self._history)}. If the data "
+            "comes from Grain workers, call iterator.close() after update() so that they "
+            "restart with the new state, or restore the bandit's state before the iterator"
+        )
+
+    def update(self, epoch: int, rewards: Sequence[float]) -> tuple[float, ...]:
+        """Report per-bucket rewards of ``epoch`` (higher is better; NaN: not observed).
+
+        Epochs are reported once each, in order. Rewards of about unit scale work with the
+        default ``learning_rate`` (e.g. normalised loss improvement per bucket).
+
+        Returns:
+          The rates decided for epoch ``epoch + delay``.
+        """
+        if epoch != self.updates:
+            raise ValueError(
+                f"expected the rewards of epoch {self.updates}; got {epoch=}. Report every "
+                "epoch once, in order (a restored bandit continues where its state ended)"
+            )
+        values = _check_floats("rewards", rewards, self._num_buckets, allow_nan=True)
+        step = self._learning_rate
+        prefs = [h if math.isnan(r) else h + step * r for h, r in zip(self._preferences, values)]
+        top = max(prefs)
+        self._preferences = [h - top for h in prefs]
+        probs = self.probabilities()
+        best = max(probs)
+        rates = tuple(min(1.0, p / best) for p in probs)
+        self._history.append(rates)
+        return rates
+
+    def state_dict(self) -> dict[str, Any]:
+        """The learned state as plain JSON data (for ``ocp.args.JsonSave``).
+
+        Example:
+          >>> import orbax.checkpoint as ocp
+          >>> bandit = LengthBandit(3)
+          >>> args = ocp.args.Composite(curriculum=ocp.args.JsonSave(bandit.state_dict()))
+          >>> sorted(bandit.state_dict())
+          ['delay', 'format', 'num_buckets', 'preferences', 'rates']
+        """
+        return {
+            "format": _STATE_FORMAT,
+            "num_buckets": self._num_buckets,
+            "delay": self._delay,
+            "preferences": list(self._preferences),
+            "rates": [list(r) for r in self._history],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (from a bandit with the same buckets and delay)."""
+        keys = {"format", "num_buckets", "delay", "preferences", "rates"}
+        if not isinstance(state, Mapping) or set(state) != keys:
+            raise ValueError(
+                f"not a LengthBandit state: expected keys {sorted(keys)}; got {state!r}"
+            )
+        if state["format"] != _STATE_FORMAT:
+            raise ValueError(f"state format {state['format']!r} is not {_STATE_FORMAT!r}")
+        mine = {"num_buckets": self._num_buckets, "delay": self._delay}
+        theirs = {k: state[k] for k in mine}
+        if mine != theirs:
+            raise ValueError(
+                f"the state was saved by a bandit with {theirs}, this one has {mine}; build "
+                "the bandit with the saved configuration"
+            )
+        prefs = _check_floats("preferences", state["preferences"], self._num_buckets)
+        rows = state["rates"]
+        if not isinstance(rows, Sequence) or len(rows) < self._delay:
+            raise ValueError(f"state rates must hold >= {self._delay} epochs; got {rows!r}")
+        history = [
+            _check_rates("rates", _check_floats("rates", r, self._num_buckets)) for r in rows
+        ]
+        self._preferences, self._history = list(prefs), history
+
+
+def _describe(selector: object) -> str:
+    """Stable text for a selector: ``module.name`` for functions, else its repr."""
+    name = getattr(selector, "__qualname__", None)
+    if name is None:
+        return repr(selector)
+    if "<" in name:
+        raise TypeError(
+            f"selector {name!r} is a lambda or a local function: it cannot be pickled into "
+            "Grain workers and has no stable name; define it at module level"
+        )
+    return f"{selector.__module__}.{name}"
+
+
+def _check_selector(selector: object, what: str) -> None:
+    if not callable(selector):
+        raise TypeError(f"{what} must be callable (order, seed, epoch) -> order; got {selector!r}")
+    _describe(selector)
+
+
+@dataclasses.dataclass(frozen=True, init=False, repr=False)
+class Chain:
+    """Selectors applied in order, each to the previous one's output.
+
+    Two :class:`LengthBuckets` in a chain draw the same per-document hash, so together they
+    keep ``min`` of their rates (e.g. a fixed cap on long documents around a bandit).
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> src = gp.write_corpus(tempfile.mkdtemp(), [np.ones(n, int) for n in (3, 5, 50, 70)])
+      >>> every = LengthBuckets(edges=(10,), rates=(1.0, 1.0), corpus=src)
+      >>> no_long = LengthBuckets(edges=(10,), rates=(1.0, 0.0), corpus=src)
+      >>> Chain(every, no_long)(np.array([3, 2, 1, 0]), 0, 0).tolist()
+      [1, 0]
+    """
+
+    selectors: tuple[SequenceSelector, ...]
+
+    def __init__(self, *selectors: SequenceSelector) -> None:
+        if not selectors:
+            raise TypeError("Chain needs at least one selector; got none")
+        for i, s in enumerate(selectors):
+            _check_selector(s, f"Chain selector {i}")
+        object.__setattr__(self, "selectors", tuple(selectors))
+
+    def __repr__(self) -> str:
+        return f"Chain({', '.join(_describe(s) for s in self.selectors)})"
+
+    def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+        out = np.asarray(order, dtype=np.int64)
+        for i, selector in enumerate(self.selectors):
+            out = _checked_stage(i, selector, out, selector(out.copy(), seed, epoch))
+        return out
+
+    def report(self, order: np.ndarray, seed: int, epoch: int) -> tuple[Any, ...]:
+        """Reports of the stages that have ``report``, each on the order that stage saw."""
+        out, reports = np.asarray(order, dtype=np.int64), []
+        for i, selector in enumerate(self.selectors):
+            if hasattr(selector, "report"):
+                reports.append(selector.report(out, seed, epoch))
+            out = _checked_stage(i, selector, out, selector(out.copy(), seed, epoch))
+        return tuple(reports)
+
+    def bind(self, name: str, corpus: HasLengths) -> Chain | None:
+        """The chain for source ``name``: stages bound, stages binding to ``None`` dropped."""
+        stages = [s.bind(name, corpus) if hasattr(s, "bind") else s for s in self.selectors]
+        kept = [s for s in stages if s is not None]
+        return Chain(*kept) if kept else None
+
+
+def _checked_stage(i: int, selector: object, given: np.ndarray, result: object) -> np.ndarray:
+    upper = int(given.max()) + 1 if given.size else 0
+    try:
+        out = check_selected_order(result, upper)
+    except ValueError as err:
+        raise ValueError(f"Chain stage {i} ({_describe(selector)}): {err}") from None
+    if out.size and not np.isin(out, given).all():
+        raise ValueError(
+            f"Chain stage {i} ({_describe(selector)}) returned ids it was not given; a "
+            "selector must return a subset of its input"
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class PerSource:
+    """A selector per source name (sources not named are not filtered).
+
+    Needs a pipeline that calls ``bind(name, corpus)`` for every source; calling it directly
+    raises, because ``(order, seed, epoch)`` does not say which source the order is from.
+    Give every source its own :class:`LengthBandit`: its epochs are that source's epochs.
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> src = gp.write_corpus(tempfile.mkdtemp(), [np.ones(n, int) for n in (3, 50)])
+      >>> sel = PerSource({"en": LengthBuckets(edges=(10,), rates=(1.0, 0.0))})
+      >>> sel.bind("en", src)(np.array([1, 0]), 0, 0).tolist(), sel.bind("fr", src)
+      ([0], None)
+    """
+
+    selectors: Mapping[str, SequenceSelector | None]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.selectors, Mapping):
+            raise TypeError(f"PerSource takes a mapping name -> selector; got {self.selectors!r}")
+        for name, s in self.selectors.items():
+            if not isinstance(name, str):
+                raise TypeError(f"PerSource keys must be source names (str); got {name!r}")
+            if s is not None:
+                _check_selector(s, f"PerSource[{name!r}]")
+        object.__setattr__(self, "selectors", dict(self.selectors))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(
+            f"{k!r}: {'None' if s is None else _describe(s)}" for k, s in self.selectors.items()
+        )
+        return f"PerSource({{{inner}}})"
+
+    def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+        raise ValueError(
+            "PerSource cannot tell which source an order comes from: it needs a pipeline that "
+            "binds selectors per source (bind(name, corpus)); with this pipeline use a single "
+            "source and a selector built with corpus="
+        )
+
+    def bind(self, name: str, corpus: HasLengths) -> SequenceSelector | None:
+        """The selector of source ``name`` (bound to ``corpus``), or ``None``."""
+        selector = self.selectors.get(name)
+        if selector is not None and hasattr(selector, "bind"):
+            return selector.bind(name, corpus)
+        return selector
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int >= {minimum}; got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}; got {name}={value}")
+    return int(value)
+
+
+def _check_float(
+    name: str, value: object, low: float, high: float, *, closed_high: bool = False
+) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number; got {value!r}")
+    x = float(value)
+    if not (low < x < high or (closed_high and x == high)):
+        bracket = "]" if closed_high else ")"
+        raise ValueError(f"{name} must lie in ({low}, {high}{bracket}; got {name}={value!r}")
+    return x
+
+
+def _check_floats(
+    name: str, values: object, count: int, *, allow_nan: bool = False
+) -> tuple[float, ...]:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise TypeError(f"{name} must be a sequence of {count} numbers; got {values!r}")
+    out = []
+    for x in values:
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
+            raise TypeError(f"{name} must hold numbers; got {x!r} in {name}={values!r}")
+        x = float(x)
+        if math.isinf(x) or (math.isnan(x) and not allow_nan):
+            raise ValueError(f"{name} must be finite; got {name}={list(values)!r}")
+        out.append(x)
+    if len(out) != count:
+        raise ValueError(f"{name} needs one value per bucket ({count}); got {len(out)}: {out}")
+    return tuple(out)
+
+
+def _check_rates(name: str, values: object) -> tuple[float, ...]:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise TypeError(f"{name} must be a sequence of keep rates in [0, 1]; got {values!r}")
+    rates = _check_floats(name, values, len(values))  # type: ignore[arg-type]
+    if not rates or any(not 0.0 <= r <= 1.0 for r in rates):
+        raise ValueError(
+            f"{name} must be keep rates in [0, 1] (one per bucket); got {name}={list(rates)}"
+        )
+    return rates
