@@ -172,7 +172,9 @@ class LinearRamp:
     def rates(self, epoch: int) -> tuple[float, ...]:
         """Rates of ``epoch``."""
         t = min(_check_int("epoch", epoch, minimum=0), self.epochs) / self.epochs
-        return tuple(a + (b - a) * t for a, b in zip(self.start, self.end))
+        if t == 1.0:
+            return self.end
+        return tuple(min(1.0, max(0.0, a + (b - a) * t)) for a, b in zip(self.start, self.end))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +214,7 @@ class LengthBuckets:
                 "and drop duplicates"
             )
         object.__setattr__(self, "edges", tuple(int(x) for x in edges))
-        rates = self.rates
+        rates = self.rates.tolist() if isinstance(self.rates, np.ndarray) else self.rates
         if not isinstance(rates, RateSchedule):
             if not isinstance(rates, Sequence) or not rates:
                 raise TypeError(
@@ -326,8 +328,10 @@ class LengthBuckets:
 class LengthBandit:
     """Keep rates per length bucket learned from rewards (a :class:`RateSchedule`).
 
-    Preferences ``h`` start at 0. ``update(e, rewards)`` adds ``learning_rate * reward`` to
-    each bucket's preference (NaN: bucket not observed, left alone) and decides the rates of
+    Preferences ``h`` start at 0. ``update(e, rewards)`` sets
+    ``h = (1 - decay) * h + learning_rate * reward`` for each bucket (NaN: bucket not
+    observed, left alone; ``decay > 0`` forgets old rewards, for non-stationary rewards such
+    as learning progress) and decides the rates of
     epoch ``e + delay``: ``p = (1 - exploration) * softmax(h) + exploration / num_buckets``,
     ``rate = p / max(p)``. The favoured bucket keeps every document, and every bucket keeps
     at least ``exploration / num_buckets``. Epochs ``< delay`` keep everything. Rates of
@@ -338,6 +342,7 @@ class LengthBandit:
       learning_rate: step on the preferences per unit of reward, > 0.
       exploration: uniform mixing in ``(0, 1]``.
       delay: epochs between the rewards of an epoch and the first rates they change, >= 1.
+      decay: fraction of the preferences forgotten at each update, in ``[0, 1)``.
 
     Example:
       >>> bandit = LengthBandit(2, learning_rate=1.0, exploration=0.2, delay=1)
@@ -356,11 +361,13 @@ class LengthBandit:
         learning_rate: float = 1.0,
         exploration: float = 0.1,
         delay: int = 2,
+        decay: float = 0.0,
     ) -> None:
         self._num_buckets = _check_int("num_buckets", num_buckets, minimum=1)
         self._learning_rate = _check_float("learning_rate", learning_rate, 0.0, math.inf)
         self._exploration = _check_float("exploration", exploration, 0.0, 1.0, closed_high=True)
         self._delay = _check_int("delay", delay, minimum=1)
+        self._decay = _check_float("decay", decay, 0.0, 1.0, closed_low=True)
         self._preferences = [0.0] * self._num_buckets
         self._history = [(1.0,) * self._num_buckets] * self._delay
 
@@ -369,7 +376,8 @@ class LengthBandit:
         # while the bandit learns. Checkpoints carry the state (state_dict).
         return (
             f"LengthBandit(num_buckets={self._num_buckets}, learning_rate="
-            f"{self._learning_rate!r}, exploration={self._exploration!r}, delay={self._delay})"
+            f"{self._learning_rate!r}, exploration={self._exploration!r}, delay={self._delay}, "
+            f"decay={self._decay!r})"
         )
 
     @property
@@ -432,8 +440,10 @@ class LengthBandit:
                 "epoch once, in order (a restored bandit continues where its state ended)"
             )
         values = _check_floats("rewards", rewards, self._num_buckets, allow_nan=True)
-        step = self._learning_rate
-        prefs = [h if math.isnan(r) else h + step * r for h, r in zip(self._preferences, values)]
+        step, keep = self._learning_rate, 1.0 - self._decay
+        prefs = [
+            h if math.isnan(r) else keep * h + step * r for h, r in zip(self._preferences, values)
+        ]
         top = max(prefs)
         self._preferences = [h - top for h in prefs]
         probs = self.probabilities()
@@ -627,14 +637,20 @@ def _check_int(name: str, value: object, *, minimum: int) -> int:
 
 
 def _check_float(
-    name: str, value: object, low: float, high: float, *, closed_high: bool = False
+    name: str,
+    value: object,
+    low: float,
+    high: float,
+    *,
+    closed_low: bool = False,
+    closed_high: bool = False,
 ) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number; got {value!r}")
     x = float(value)
-    if not (low < x < high or (closed_high and x == high)):
-        bracket = "]" if closed_high else ")"
-        raise ValueError(f"{name} must lie in ({low}, {high}{bracket}; got {name}={value!r}")
+    if not (low < x < high or (closed_low and x == low) or (closed_high and x == high)):
+        left, right = "[" if closed_low else "(", "]" if closed_high else ")"
+        raise ValueError(f"{name} must lie in {left}{low}, {high}{right}; got {name}={value!r}")
     return x
 
 

@@ -124,7 +124,7 @@ def test_length_buckets_different_epochs_keep_different_long_documents(corpus):
 
 def test_length_buckets_schedule_table_and_linear_ramp(corpus):
     src, _ = corpus
-    table = LengthBuckets(edges=EDGES, rates=[(1, 1, 0), (1, 1, 1)], corpus=src)
+    table = LengthBuckets(edges=EDGES, rates=np.array([(1, 1, 0), (1, 1, 1)]), corpus=src)
     assert counts(src.lengths, table(base(src), 0, 0)) == [300, 300, 0]
     assert counts(src.lengths, table(base(src, 0, 5), 0, 5)) == [300, 300, 300]  # last row
     ramp = LinearRamp(start=(1.0, 1.0, 0.0), end=(1.0, 0.0, 1.0), epochs=4)
@@ -257,6 +257,30 @@ def test_bind_gives_each_source_its_lengths_and_per_source_selectors(corpus, tmp
     assert Chain(unbound, reverse_order).bind("o", other)(np.array([0, 1]), 0, 0).tolist() == [1]
 
 
+@pytest.mark.xfail(
+    raises=ValueError,
+    strict=True,
+    reason="needs the pipeline to call selector.bind(name, corpus) per source (requested)",
+)
+def test_pipeline_binds_per_source_selectors(corpus, tmp_path):
+    src, path = corpus
+    gp.write_corpus(tmp_path / "s", [np.full(n, 7) for n in (3, 20, 100, 40)])
+    sel = PerSource({"c": LengthBuckets(edges=EDGES, rates=(1.0, 0.0, 1.0)), "s": None})
+    cfg = gp.PipelineConfig(
+        sources={"c": path, "s": str(tmp_path / "s")},
+        block=32,
+        global_batch_size=8,
+        sequence_selector=sel,
+        provenance=True,
+    )
+    seen: list[set[int]] = [set(), set()]
+    for batch in take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 40):
+        for j, docs in zip(batch["source"], batch["segment_document"]):
+            seen[j].update(int(d) for d in docs if d >= 0)
+    assert counts(src.lengths, np.array(sorted(seen[0])))[1] == 0
+    assert seen[1] == {0, 1, 2, 3}  # not filtered, although it has 16..63 token documents
+
+
 def test_selector_built_on_another_corpus_is_a_clear_error(corpus):
     src, _ = corpus
     sel = LengthBuckets(edges=EDGES, rates=(1.0, 1.0, 1.0), corpus=src)
@@ -299,6 +323,7 @@ def test_length_buckets_bad_input(kwargs, error, match):
         (lambda: LengthBandit(2, exploration=0.0), ValueError, "exploration must lie"),
         (lambda: LengthBandit(2, learning_rate=-1.0), ValueError, "learning_rate must lie"),
         (lambda: LengthBandit(2, delay=0), ValueError, "delay must"),
+        (lambda: LengthBandit(2, decay=1.0), ValueError, r"decay must lie in \[0.0, 1.0\)"),
         (lambda: LengthBandit(2).update(1, [0.0, 0.0]), ValueError, "epoch 0; got epoch=1"),
         (lambda: LengthBandit(2).update(0, [0.0]), ValueError, "one value per bucket"),
         (lambda: LengthBandit(2).update(0, [0.0, math.inf]), ValueError, "finite"),
@@ -328,9 +353,23 @@ def test_bandit_rates_hand_computed_and_frozen_per_epoch():
     bandit.update(1, [float("nan"), 5.0])  # NaN: bucket 0 not observed, left alone
     assert bandit.rates(3)[0] < 1.0 and bandit.rates(3)[1] == 1.0
     assert bandit.history[2] == rates and bandit.updates == 2
-    assert (
-        repr(bandit) == "LengthBandit(num_buckets=2, learning_rate=1.0, exploration=0.2, delay=2)"
+    assert repr(bandit) == (
+        "LengthBandit(num_buckets=2, learning_rate=1.0, exploration=0.2, delay=2, decay=0.0)"
     )
+
+
+def test_bandit_decay_forgets_old_rewards():
+    # h: (0, 0) -> +(1, 0) -> (0, -1) after shifting the max to 0; then rewards (0, 1):
+    # without decay (0, -1) + (0, 1) = (0, 0): equal rates; with decay 0.5,
+    # 0.5 * (0, -1) + (0, 1) = (0, 0.5): the second bucket is now favoured.
+    plain = LengthBandit(2, delay=1)
+    forgetful = LengthBandit(2, delay=1, decay=0.5)
+    for bandit in (plain, forgetful):
+        bandit.update(0, [1.0, 0.0])
+        bandit.update(1, [0.0, 1.0])
+    assert plain.rates(2) == (1.0, 1.0)
+    assert forgetful.rates(2)[1] == 1.0 and forgetful.rates(2)[0] < 1.0
+    assert forgetful.state_dict()["preferences"] == [-0.5, 0.0]
 
 
 def test_bandit_keeps_every_bucket_at_least_exploration_share():
@@ -382,6 +421,48 @@ def test_bandit_in_the_pipeline_changes_composition_and_reports(corpus):
     first, last = sel.report(None, 1, 0), sel.report(None, 1, bandit.updates)
     assert first.kept_documents == (300, 300, 300)
     assert last.kept_documents[0] == 300 and last.kept_documents[2] < 150
+
+
+def test_bandit_pipeline_is_identical_across_world_sizes(corpus):
+    src, path = corpus
+    steps = 120
+    reference_bandit = LengthBandit(3, learning_rate=2.0, exploration=0.3)
+    cfg = bandit_config(src, path, reference_bandit)
+    reference = run(
+        iter(gp.make_dataset(cfg, process_index=0, process_count=1)), reference_bandit, steps
+    )
+    # Two processes, each with its own bandit, reporting from global information (the
+    # largest epoch in the global batch, as an all-reduce would give every process).
+    bandits = [LengthBandit(3, learning_rate=2.0, exploration=0.3) for _ in range(2)]
+    iterators = [
+        iter(gp.make_dataset(bandit_config(src, path, b), process_index=p, process_count=2))
+        for p, b in enumerate(bandits)
+    ]
+    for t in range(steps):
+        local = [next(it) for it in iterators]
+        global_epoch = {"epoch": np.concatenate([b["epoch"] for b in local])}
+        for bandit in bandits:
+            report_when_next_epoch_appears(bandit, global_epoch, fixed_rewards)
+        for key, value in reference[t].items():
+            # segment_* provenance is as wide as the most segments in a row of *this* batch.
+            interleaved = np.full_like(value, -1)
+            for p in range(2):
+                part = local[p][key]
+                if part.ndim == 2:
+                    interleaved[p::2, : part.shape[1]] = part
+                else:
+                    interleaved[p::2] = part
+            np.testing.assert_array_equal(interleaved, value, err_msg=f"{key} step {t}")
+    assert bandits[0].history == bandits[1].history == reference_bandit.history
+    assert reference_bandit.updates >= 5
+
+
+def test_pipeline_stops_with_a_clear_error_when_rewards_are_not_reported(corpus):
+    src, path = corpus
+    bandit = LengthBandit(3)  # epochs 0 and 1 decided; nobody calls update
+    it = iter(gp.make_dataset(bandit_config(src, path, bandit), process_index=0, process_count=1))
+    with pytest.raises(UndecidedEpochError, match=r"epoch 2 is needed; call update\(0, "):
+        take(it, 200)
 
 
 def test_bandit_state_json_round_trip_keeps_its_choices(corpus):
