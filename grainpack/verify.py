@@ -209,9 +209,14 @@ def verify_corpus(
 
 
 def describe_corpus(
-    source: TokenShardSource, *, progress: bool = False, chunk_tokens: int = CHUNK_TOKENS
+    source: TokenShardSource | str | os.PathLike[str],
+    *,
+    progress: bool = False,
+    chunk_tokens: int = CHUNK_TOKENS,
 ) -> dict[str, Any]:
     """Corpus statistics for ``grainpack inspect`` (JSON-serialisable plain types).
+
+    ``source`` is an opened corpus or a path for :func:`~grainpack.corpus.open_corpus`.
 
     Keys: ``documents``, ``tokens``, ``dtype``, ``vocab_size``, ``eos_id``, ``shards``,
     ``fingerprint``, ``empty_documents``, ``length`` (document-length ``p0``, ``p50``, ``p90``,
@@ -227,6 +232,8 @@ def describe_corpus(
         >>> stats["length"]
         {'p0': 0.0, 'p50': 1.0, 'p90': 1.8, 'p99': 1.98, 'p100': 2.0, 'mean': 1.0}
     """
+    if isinstance(source, str | os.PathLike):
+        source = open_corpus(source)
     lengths = source.lengths
     length = None
     if lengths.size:
