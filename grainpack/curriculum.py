@@ -329,10 +329,10 @@ class LengthBandit:
     """Keep rates per length bucket learned from rewards (a :class:`RateSchedule`).
 
     Preferences ``h`` start at 0. ``update(e, rewards)`` sets
-    ``h = (1 - decay) * h + learning_rate * reward`` for each bucket (NaN: bucket not
-    observed, left alone; ``decay > 0`` forgets old rewards, for non-stationary rewards such
-    as learning progress) and decides the rates of
-    epoch ``e + delay``: ``p = (1 - exploration) * softmax(h) + exploration / num_buckets``,
+    ``h = (1 - decay) * h + learning_rate * reward`` per bucket (NaN: bucket not observed,
+    left alone; ``decay > 0`` forgets old rewards, for non-stationary rewards such as
+    learning progress). It then decides the rates of epoch ``e + delay``:
+    ``p = (1 - exploration) * softmax(h) + exploration / num_buckets`` and
     ``rate = p / max(p)``. The favoured bucket keeps every document, and every bucket keeps
     at least ``exploration / num_buckets``. Epochs ``< delay`` keep everything. Rates of
     decided epochs never change (see the module docstring for the contract).
