@@ -24,6 +24,17 @@ from grainpack.checkpoint import CheckpointRestore, CheckpointSave
 from grainpack.config import PipelineConfig
 from grainpack.convert import convert_corpus, convert_jsonl, convert_npy
 from grainpack.corpus import CorpusWriter, open_corpus, read_manifest, write_corpus
+from grainpack.curriculum import (
+    BucketReport,
+    Chain,
+    LengthBandit,
+    LengthBuckets,
+    LinearRamp,
+    PerSource,
+    RateSchedule,
+    Selector,
+    UndecidedEpochError,
+)
 from grainpack.mixing import (
     SlotMixer,
     choose_source,
@@ -57,26 +68,35 @@ from grainpack.windows import MixedStream, PackedStream
 __version__ = "0.1.0"
 
 __all__ = [
+    "BucketReport",
+    "Chain",
     "CheckpointRestore",
     "CheckpointSave",
     "CorpusError",
     "CorpusWriter",
+    "LengthBandit",
+    "LengthBuckets",
+    "LinearRamp",
     "MixedStream",
     "MixtureMonitor",
     "MixtureWarning",
     "PackedCorpus",
     "PackedStream",
+    "PerSource",
     "PipelineBatches",
     "PipelineConfig",
     "PipelineDataset",
     "PipelineIterator",
+    "RateSchedule",
     "RepeatCapExceeded",
+    "Selector",
     "SequenceSelector",
     "SlotMixer",
     "SourceAccount",
     "StepSampler",
     "StreamingCorpus",
     "TokenShardSource",
+    "UndecidedEpochError",
     "VerifyReport",
     "choose_source",
     "choose_sources",

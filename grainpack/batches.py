@@ -74,6 +74,16 @@ class PipelineBatches:
         if self._sources is None:
             self._sources = [open_corpus(p) for p in self.config.sources.values()]
             for name, src in zip(self.config.sources, self._sources):
+                for token in ("boundary_id", "pad_id"):
+                    value = getattr(self.config, token)
+                    if src.vocab_size is not None and value is not None and (
+                        value >= src.vocab_size
+                    ):
+                        raise ValueError(
+                            f"{token}={value} is outside source {name!r}'s vocabulary "
+                            f"(vocab_size={src.vocab_size}); use an id < {src.vocab_size} "
+                            "(for example the tokenizer's end-of-text id)"
+                        )
                 if src.num_tokens < self.config.block + 1:
                     raise ValueError(
                         f"source {name!r} holds {src.num_tokens} tokens, fewer than one row of "
@@ -87,13 +97,16 @@ class PipelineBatches:
         rows = self._rows.get(j)
         if rows is None:
             cfg = self.config
+            selector = cfg.sequence_selector
+            if selector is not None and hasattr(selector, "bind"):
+                selector = selector.bind(list(cfg.sources)[j], self.sources[j])
             rows = SourceRows(
                 self.sources[j].lengths,
                 unit=cfg.unit,
                 block=cfg.block,
                 seed=cfg.seed + j,
                 boundary=cfg.boundary_id is not None,
-                selector=cfg.sequence_selector,
+                selector=selector,
             )
             self._rows[j] = rows
         return rows

@@ -37,7 +37,9 @@ class PipelineConfig:
       pad_id: token of padding positions (the last row of a documents epoch).
       sequence_selector: documents unit: curriculum hook ``(order, seed, epoch) -> order``.
         Must be picklable (a module-level function or a small object) and have a stable
-        ``repr`` (it is part of the config fingerprint).
+        ``repr`` (it is part of the config fingerprint). A selector with a
+        ``bind(name, source)`` method is bound to each source before use (the ready-made
+        ones in :mod:`grainpack.curriculum` read document lengths that way).
       provenance: also emit, per row, ``source`` and ``epoch``, and per segment (index
         ``segment_id - 1``) ``segment_document`` and ``segment_offset`` (the document id and
         the offset of the segment's first token in it; -1 where a row has fewer segments).

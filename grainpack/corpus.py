@@ -417,16 +417,23 @@ def _not_a_corpus(path: Path) -> str:
     )
 
 
-def _check_size(file: Path, expected: int, what: str) -> None:
+def _check_size(file: Path, expected: int, what: str, tokens: int | None = None) -> None:
     try:
         size = file.stat().st_size
     except FileNotFoundError as err:
         raise CorpusError(f"{file}: missing ({what}); the corpus is incomplete") from err
-    if size != expected:
+    if size == expected:
+        return
+    held = [d for d in DTYPES if tokens and size == tokens * np.dtype(d).itemsize]
+    if held:
         raise CorpusError(
-            f"{file}: has {size} bytes, expected {expected} ({what}); the file is "
-            "truncated or corrupt; rebuild the corpus"
+            f"{file}: has {size} bytes = {tokens} {held[0]} tokens, but the manifest says "
+            f"{what}: the manifest's dtype is wrong; set it to {held[0]!r} or rebuild"
         )
+    raise CorpusError(
+        f"{file}: has {size} bytes, expected {expected} ({what}); the file is "
+        "truncated or corrupt; rebuild the corpus"
+    )
 
 
 def _open_native(path: Path, eos_id: int | None) -> TokenShardSource:
@@ -435,7 +442,12 @@ def _open_native(path: Path, eos_id: int | None) -> TokenShardSource:
     records = []
     for s in m["shards"]:
         tokens, offsets = path / s["tokens_file"], path / s["offsets_file"]
-        _check_size(tokens, s["num_tokens"] * itemsize, f"{s['num_tokens']} {m['dtype']} tokens")
+        _check_size(
+            tokens,
+            s["num_tokens"] * itemsize,
+            f"{s['num_tokens']} {m['dtype']} tokens",
+            tokens=s["num_tokens"],
+        )
         _check_size(offsets, (s["num_documents"] + 1) * 8, f"{s['num_documents'] + 1} offsets")
         records.append(
             ShardRecord(

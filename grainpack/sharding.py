@@ -14,6 +14,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 
+
 def make_global_batch(
     batch: Mapping[str, np.ndarray], sharding: Sharding | Mesh
 ) -> dict[str, jax.Array]:
@@ -25,7 +26,7 @@ def make_global_batch(
         shard the batch dimension.
 
     Returns:
-      The same keys as ``jax.Array``s of shape ``(global_batch_size, block)``.
+      The same keys as ``jax.Array``s of shape ``(global_batch_size, ...)``.
 
     Example:
       >>> import jax, numpy as np

@@ -257,11 +257,6 @@ def test_bind_gives_each_source_its_lengths_and_per_source_selectors(corpus, tmp
     assert Chain(unbound, reverse_order).bind("o", other)(np.array([0, 1]), 0, 0).tolist() == [1]
 
 
-@pytest.mark.xfail(
-    raises=ValueError,
-    strict=True,
-    reason="needs the pipeline to call selector.bind(name, corpus) per source (requested)",
-)
 def test_pipeline_binds_per_source_selectors(corpus, tmp_path):
     src, path = corpus
     gp.write_corpus(tmp_path / "s", [np.full(n, 7) for n in (3, 20, 100, 40)])

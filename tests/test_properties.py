@@ -244,12 +244,6 @@ def test_process_batches_partition_the_global_batch(
         np.testing.assert_array_equal(woven, value, err_msg=key)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rows.py _provenance sizes segment_document/segment_offset by the most fragmented "
-    "row of this batch, so processes (and steps) get different shapes and "
-    "make_global_batch cannot assemble them; a fixed width (block + 1) would",
-)
 def test_process_batches_have_the_same_shapes_with_provenance(corpora):
     config = gp.PipelineConfig(
         sources=corpora, block=6, global_batch_size=2, boundary_id=900, provenance=True
