@@ -14,7 +14,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 
-
 def make_global_batch(
     batch: Mapping[str, np.ndarray], sharding: Sharding | Mesh
 ) -> dict[str, jax.Array]:
