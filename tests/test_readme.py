@@ -13,12 +13,16 @@ def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README, flags=re.S)
 
 
-def test_usage_snippet_runs(tmp_path, monkeypatch):
+def test_usage_and_curriculum_snippets_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     exec(python_blocks()[0], namespace)
     assert namespace["batch"]["inputs"].shape == (256, 2048)
     assert namespace["state"]["step"] == 1
+    exec(python_blocks()[1], namespace)  # the curriculum block, on the usage block's corpus
+    gp = namespace["gp"]
+    batch = next(iter(gp.make_dataset(namespace["config"], process_index=0, process_count=1)))
+    assert batch["inputs"].shape == (256, 2048)
 
 
 def test_readme_training_loop_is_the_tested_example():
