@@ -1,0 +1,142 @@
+"""The grainpack command: each subcommand's output and exit code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import grainpack as gp
+from grainpack.cli import main
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "c"
+    gp.write_corpus(path, [[5, 6, 7], [8, 9], list(range(1, 40))], vocab_size=64)
+    return path
+
+
+def test_build_from_npy_and_jsonl(tmp_path, capsys):
+    np.save(tmp_path / "a.npy", np.array([1, 2, 3], dtype=np.int64))
+    np.save(tmp_path / "b.npy", np.array([[4, 5], [6, 7]], dtype=np.int64))
+    assert (
+        main(
+            ["build", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "-o", str(tmp_path / "out")]
+        )
+        == 0
+    )
+    assert "3 documents, 7 tokens" in capsys.readouterr().out
+    assert [d.tolist() for d in gp.open_corpus(tmp_path / "out")] == [[1, 2, 3], [4, 5], [6, 7]]
+    (tmp_path / "d.jsonl").write_text('{"ids": [1, 2]}\n{"ids": [70000]}\n')
+    assert (
+        main(
+            [
+                "build",
+                str(tmp_path / "d.jsonl"),
+                "--field",
+                "ids",
+                "--dtype",
+                "uint32",
+                "-o",
+                str(tmp_path / "j"),
+            ]
+        )
+        == 0
+    )
+    assert gp.open_corpus(tmp_path / "j")[1].tolist() == [70000]
+
+
+def test_build_refuses_ids_that_do_not_fit_with_exit_1(tmp_path, capsys):
+    (tmp_path / "d.jsonl").write_text('{"input_ids": [70000]}\n')
+    assert main(["build", str(tmp_path / "d.jsonl"), "-o", str(tmp_path / "j")]) == 1
+    assert "uint32" in capsys.readouterr().err
+
+
+def test_build_refuses_to_overwrite_unless_asked(tmp_path, corpus, capsys):
+    np.save(tmp_path / "a.npy", np.array([1, 2, 3]))
+    assert main(["build", str(tmp_path / "a.npy"), "-o", str(corpus)]) == 1
+    assert "overwrite" in capsys.readouterr().err
+    assert main(["build", str(tmp_path / "a.npy"), "-o", str(corpus), "--overwrite"]) == 0
+
+
+def test_inspect_json(corpus, capsys):
+    assert main(["inspect", str(corpus), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["documents"], stats["tokens"], stats["max_token_id"]) == (3, 44, 39)
+
+
+def test_verify_passes_then_fails_on_a_flipped_byte(corpus, capsys):
+    assert main(["verify", str(corpus)]) == 0
+    assert "OK" in capsys.readouterr().out
+    shard = corpus / "tokens-00000.bin"
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 1  # token 5 -> 4: still a valid id, only the checksum sees it
+    shard.write_bytes(bytes(data))
+    assert main(["verify", str(corpus)]) == 1
+    assert "sha256" in capsys.readouterr().err
+
+
+def test_show_step_lists_rows_and_mixture(corpus, tmp_path, capsys):
+    other = tmp_path / "o"
+    gp.write_corpus(other, [list(range(10, 50))] * 3)
+    args = [
+        "show-step",
+        "2",
+        "--source",
+        f"a={corpus}",
+        "--source",
+        f"b={other}",
+        "--block",
+        "8",
+        "--batch-size",
+        "4",
+        "--seed",
+        "3",
+    ]
+    assert main([*args, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    cfg = gp.PipelineConfig(
+        sources={"a": str(corpus), "b": str(other)},
+        block=8,
+        global_batch_size=4,
+        seed=3,
+        provenance=True,
+    )
+    batch = gp.PipelineBatches(cfg).batch(2, 0)
+    assert [r["slot"] for r in shown["rows"]] == [8, 9, 10, 11]
+    assert [r["source"] for r in shown["rows"]] == [["a", "b"][j] for j in batch["source"]]
+    assert shown["mixture"]["a"]["rows"] == gp.mixture_accounting(cfg, 2)["a"].rows
+    assert main(args) == 0
+    assert "mixture before step 2" in capsys.readouterr().out
+
+
+def test_show_step_needs_a_config(capsys):
+    assert main(["show-step", "1"]) == 1
+    assert "--config FILE" in capsys.readouterr().err
+
+
+def test_console_script_help_and_usage_errors():
+    ok = subprocess.run(
+        [sys.executable, "-m", "grainpack.cli", "build", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0 and "examples:" in ok.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "grainpack.cli", "nosuch"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2
+
+
+def test_demo_streams_batches(tmp_path, capsys):
+    assert main(["demo", "--steps", "5", "--directory", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "tokens/s" in out and "content-mode probabilities" in out
