@@ -21,6 +21,8 @@ import numpy as np
 
 from grainpack.order import SequenceSelector, global_document_order, window_permutation
 
+WINDOW_ROWS = 256  # rows of spans computed at once for sequential requests
+
 
 @dataclasses.dataclass(frozen=True)
 class StreamPlan:
@@ -29,16 +31,22 @@ class StreamPlan:
     Attributes:
       documents: document ids in stream order, or ``None`` for the identity order.
       lengths: tokens of each document, in stream order.
-      ends: stream position just past each document (and its boundary token).
+      bounds: ``len(lengths) + 1`` stream positions: document ``k`` (and its boundary token)
+        occupies ``[bounds[k], bounds[k + 1])``.
       boundary: whether a boundary token follows each document but the last.
       total: stream length in tokens.
     """
 
     documents: np.ndarray | None
     lengths: np.ndarray
-    ends: np.ndarray
+    bounds: np.ndarray
     boundary: bool
     total: int
+
+    @property
+    def ends(self) -> np.ndarray:
+        """Stream position just past each document (and its boundary token)."""
+        return self.bounds[1:]
 
     def num_rows(self, block: int) -> int:
         """Rows of ``block + 1`` tokens needed for the stream (the last one padded)."""
@@ -48,12 +56,12 @@ class StreamPlan:
 def stream_plan(lengths: np.ndarray, order: np.ndarray | None, *, boundary: bool) -> StreamPlan:
     """Plans the stream of ``lengths[order]`` with a boundary token between documents."""
     ordered = np.asarray(lengths if order is None else lengths[order], dtype=np.int64)
-    ext = ordered.copy()
-    if boundary and len(ext) > 1:
-        ext[:-1] += 1
-    ends = np.cumsum(ext)
-    total = int(ends[-1]) if len(ends) else 0
-    return StreamPlan(order, ordered, ends, boundary, total)
+    bounds = np.zeros(len(ordered) + 1, dtype=np.int64)
+    np.cumsum(ordered, out=bounds[1:])
+    if boundary and len(ordered) > 1:
+        bounds[1:-1] += np.arange(1, len(ordered))  # one boundary after each but the last
+        bounds[-1] += len(ordered) - 1
+    return StreamPlan(order, ordered, bounds, boundary, int(bounds[-1]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,29 +101,22 @@ def row_spans(plan: StreamPlan, rows: np.ndarray, *, block: int) -> Spans:
         raise IndexError(f"rows must lie in [0, {n_rows}); got {rows.min()}..{rows.max()}")
     a = rows * width
     b = np.minimum(a + width, plan.total)
-    first = np.searchsorted(plan.ends, a, side="right")
-    last = np.searchsorted(plan.ends, b - 1, side="right")
-    counts = last - first + 1
-    n = int(counts.sum())
-    span_row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
-    base = np.repeat(first - (np.cumsum(counts) - counts), counts)
-    i = base + np.arange(n, dtype=np.int64)
-    ends = plan.ends[i]
-    lengths = plan.lengths[i]
-    ext = lengths + 1 if plan.boundary else lengths
-    if plan.boundary:
-        ext = np.where(i == len(plan.lengths) - 1, lengths, ext)
-    starts = ends - ext
-    lo = np.maximum(starts, a[span_row])
-    hi = np.minimum(ends, b[span_row])
-    keep = hi > lo
-    span_row, i, lengths, starts, lo, hi = (x[keep] for x in (span_row, i, lengths, starts, lo, hi))
+    first = np.searchsorted(plan.bounds, a, side="right") - 1  # document holding token a
+    counts = np.searchsorted(plan.bounds, b - 1, side="right") - first
+    span_row = np.repeat(np.arange(len(rows)), counts)
+    i = np.arange(len(span_row)) + np.repeat(first - np.cumsum(counts) + counts, counts)
+    starts, a_row, b_row = plan.bounds[i], a[span_row], b[span_row]
+    lo = np.maximum(starts, a_row)
+    hi = np.minimum(plan.bounds[i + 1], b_row)
+    keep = hi > lo  # drops empty documents (no tokens, no boundary)
+    if not keep.all():
+        span_row, i, starts, a_row, lo, hi = (x[keep] for x in (span_row, i, starts, a_row, lo, hi))
     local_lo, local_hi = lo - starts, hi - starts
-    documents = i if plan.documents is None else plan.documents[i]
+    lengths = plan.lengths[i]
     return Spans(
         row=span_row,
-        offset=lo - a[span_row],
-        document=documents.astype(np.int64, copy=False),
+        offset=lo - a_row,
+        document=i if plan.documents is None else plan.documents[i].astype(np.int64, copy=False),
         start=local_lo,
         length=np.minimum(local_hi, lengths) - local_lo,
         boundary=local_hi > lengths,
@@ -153,6 +154,7 @@ class SourceRows:
         self._cache_epochs = cache_epochs
         self._plans: dict[int, StreamPlan] = {}
         self._perms: dict[int, np.ndarray] = {}
+        self._windows: dict[int, tuple[int, int, Spans, np.ndarray]] = {}
         self._epoch_rows: list[int] = []
         self._epoch_totals: list[int] = []
         self._epoch_starts = np.zeros(1, dtype=np.int64)
@@ -225,13 +227,45 @@ class SourceRows:
         return done + min(row * (self.block + 1), self.epoch_tokens(epoch))
 
     def spans(self, epoch: int, rows: np.ndarray) -> Spans:
-        """Spans of rows ``rows`` of ``epoch``."""
+        """Spans of rows ``rows`` of ``epoch``.
+
+        A run of consecutive rows (what sequential batches ask for) is cut from a cached
+        table of the next ``WINDOW_ROWS`` rows, so the span math runs once per window.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        n = len(rows)
+        r0 = int(rows[0]) if n else 0
+        if n == 0 or r0 < 0 or rows.tolist() != list(range(r0, r0 + n)):
+            return self._compute_spans(epoch, rows)
+        window = self._windows.get(epoch)
+        if window is None or not window[0] <= r0 <= r0 + n <= window[1]:
+            stop = max(min(r0 + WINDOW_ROWS, self.rows_in_epoch(epoch)), r0 + n)
+            table = self._compute_spans(epoch, np.arange(r0, stop))
+            for field in dataclasses.fields(table):
+                getattr(table, field.name).flags.writeable = False
+            first = np.searchsorted(table.row, np.arange(stop - r0 + 1))  # each row's spans
+            window = (r0, stop, table, first)
+            _remember(self._windows, epoch, window, self._cache_epochs)
+        k = r0 - window[0]
+        table, first = window[2], window[3]
+        cut = slice(first[k], first[k + n])
+        return Spans(
+            row=table.row[cut] - k,
+            offset=table.offset[cut],
+            document=table.document[cut],
+            start=table.start[cut],
+            length=table.length[cut],
+            boundary=table.boundary[cut],
+            filled=table.filled[k : k + n],
+        )
+
+    def _compute_spans(self, epoch: int, rows: np.ndarray) -> Spans:
         if self.unit == "windows":
             perm = self._perms.get(epoch)
             if perm is None:
                 perm = window_permutation(self.rows_per_epoch or 0, self.seed, epoch)
                 _remember(self._perms, epoch, perm, self._cache_epochs)
-            return row_spans(self._identity, perm[np.asarray(rows)], block=self.block)
+            return row_spans(self._identity, perm[rows], block=self.block)
         return row_spans(self.epoch_plan(epoch), rows, block=self.block)
 
 

@@ -18,6 +18,7 @@ follows. MaxText's keys map as ``inputs_segmentation = segment_ids``,
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -58,6 +59,9 @@ def assemble_rows(
 ) -> dict[str, np.ndarray]:
     """Reads the spans of ``num_rows`` rows and builds the model arrays.
 
+    The spans of a row tile its first ``filled`` positions, so segment ids and positions are
+    expanded from the span table (``np.repeat``) instead of scanned from per-token marks.
+
     Args:
       parts: where the rows come from. Rows not covered by any part are padding rows.
       num_rows: rows in the batch.
@@ -70,42 +74,75 @@ def assemble_rows(
       The arrays described in the module docstring.
     """
     width = block + 1
-    tokens = np.full((num_rows, width), pad_id, dtype=np.int32)
-    marks = np.zeros((num_rows, width), dtype=np.int32)
+    tokens = np.empty((num_rows, width), dtype=np.int32)
+    flat = tokens.reshape(-1)
     filled = np.zeros(num_rows, dtype=np.int64)
-    for part in parts:
-        spans, destination = part.spans, part.destination
-        rows = destination[spans.row]
-        starts = part.reader.offsets[spans.document] + spans.start
-        read_into = part.reader.read_into
-        for r, at, start, n in zip(
-            rows.tolist(), spans.offset.tolist(), starts.tolist(), spans.length.tolist()
-        ):
-            if n:
-                read_into(tokens[r, at : at + n], start)
-        if spans.boundary.any():
-            if boundary_id is None:
-                raise ValueError("spans ask for boundary tokens but boundary_id is None")
-            b = spans.boundary
-            tokens[rows[b], (spans.offset + spans.length)[b]] = boundary_id
-        marks[rows, spans.offset] = 1
-        filled[destination] = spans.filled
-    index = np.arange(width, dtype=np.int32)
-    real = index < filled[:, None]
-    segment_ids = np.cumsum(marks, axis=1, dtype=np.int32)
-    segment_ids *= real
-    segment_start = np.maximum.accumulate(np.where(marks == 1, index, 0), axis=1)
-    positions = (index - segment_start) * real
+    at, stream, rank, which = [], [], [], []  # per span: flat position in ``tokens``, ...
+    for k, part in enumerate(parts):
+        spans = part.spans
+        filled[part.destination] = spans.filled
+        at.append(part.destination[spans.row] * width + spans.offset)
+        stream.append(part.reader.offsets[spans.document] + spans.start)
+        rank.append(np.arange(1, len(spans.row) + 1) - np.searchsorted(spans.row, spans.row))
+        which.append(np.full(len(spans.row), k))
+    length = np.concatenate([p.spans.length for p in parts] or [np.zeros(0, np.int64)])
+    boundary = np.concatenate([p.spans.boundary for p in parts] or [np.zeros(0, bool)])
+    at, stream, which = (np.concatenate(x or [np.zeros(0, np.int64)]) for x in (at, stream, which))
+    _read([p.reader for p in parts], flat, at, stream, length, which)
+    if boundary.any():
+        if boundary_id is None:
+            raise ValueError("spans ask for boundary tokens but boundary_id is None")
+        flat[(at + length)[boundary]] = boundary_id
+    # Segments tile each row: spans, then one padding piece (segment 0) where a row is short.
+    short = np.flatnonzero(filled < width)
+    start = np.concatenate([at, short * width + filled[short]])
+    order = np.argsort(start, kind="stable")
+    start = start[order]
+    count = np.append(start[1:], num_rows * width) - start
+    rank = np.concatenate([*rank, np.zeros(len(short), dtype=np.int64)])[order]
+    segment_ids = np.repeat(rank.astype(np.int32), count).reshape(num_rows, width)
+    positions = _arange(num_rows * width) - np.repeat(start.astype(np.int32), count)
+    positions = positions.reshape(num_rows, width)
+    loss_mask = np.ones((num_rows, block), dtype=np.int32)
+    for r, n in zip(short.tolist(), filled[short].tolist()):  # rare: the end of an epoch
+        tokens[r, n:] = pad_id
+        positions[r, n:] = 0
+        loss_mask[r, max(n - 1, 0) :] = 0
     batch = {
-        "inputs": np.ascontiguousarray(tokens[:, :-1]),
-        "targets": np.ascontiguousarray(tokens[:, 1:]),
-        "segment_ids": np.ascontiguousarray(segment_ids[:, :-1]),
-        "positions": np.ascontiguousarray(positions[:, :-1], dtype=np.int32),
-        "loss_mask": np.ascontiguousarray(real[:, 1:], dtype=np.int32),
+        "inputs": tokens[:, :-1].copy(),
+        "targets": tokens[:, 1:].copy(),
+        "segment_ids": segment_ids[:, :-1].copy(),
+        "positions": positions[:, :-1].copy(),
+        "loss_mask": loss_mask,
     }
     if provenance:
         batch.update(_provenance(parts, num_rows))
     return batch
+
+
+def _read(
+    readers: Sequence[StreamReader],
+    flat: np.ndarray,
+    at: np.ndarray,
+    stream: np.ndarray,
+    length: np.ndarray,
+    which: np.ndarray,
+) -> None:
+    """``flat[at[k]:][:length[k]] = stream tokens of readers[which[k]] from stream[k]``; spans
+    contiguous in both ``flat`` and the stream (a document running on in the next row, or
+    consecutive documents of a window) are copied at once."""
+    if len(at) > 1:
+        step = length[:-1]
+        joined = (at[1:] == at[:-1] + step) & (stream[1:] == stream[:-1] + step)
+        joined &= which[1:] == which[:-1]
+        if joined.any():
+            heads = np.flatnonzero(np.concatenate([[True], ~joined]))
+            at, stream, which = at[heads], stream[heads], which[heads]
+            length = np.add.reduceat(length, heads)
+    reads = [r.read_into for r in readers]
+    for k, a, s, n in zip(which.tolist(), at.tolist(), stream.tolist(), length.tolist()):
+        if n:
+            reads[k](flat[a : a + n], s)
 
 
 def _provenance(parts: Sequence[Part], num_rows: int) -> dict[str, np.ndarray]:
@@ -132,3 +169,8 @@ def _provenance(parts: Sequence[Part], num_rows: int) -> dict[str, np.ndarray]:
         "segment_document": document,
         "segment_offset": offset,
     }
+@functools.lru_cache(maxsize=8)
+def _arange(n: int) -> np.ndarray:
+    out = np.arange(n, dtype=np.int32)
+    out.flags.writeable = False
+    return out

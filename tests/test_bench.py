@@ -1,0 +1,70 @@
+"""Benchmark smoke tests: the suite and the CLI run end to end on tiny sizes (no timings)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import grainpack as gp
+from grainpack.bench import document_lengths, run_benchmarks
+from grainpack.cli import main
+
+THROUGHPUT = {
+    "limit",
+    "seed_loop",
+    "grain_packer",
+    "documents",
+    "windows",
+    "documents_workers",
+    "windows_workers",
+}
+
+
+def test_document_lengths_sum_and_clip():
+    lengths = document_lengths(3_000_000, seed=1)
+    assert lengths.sum() == 3_000_000
+    assert lengths.min() >= 1 and lengths.max() <= 32768
+    assert 450 < np.median(lengths) < 750
+
+
+@pytest.mark.slow
+def test_run_benchmarks_quick_structure(tmp_path, capsys):
+    results = run_benchmarks(quick=True, directory=tmp_path)
+    assert set(results) == {
+        "date",
+        "machine",
+        "settings",
+        "corpus",
+        "throughput",
+        "index",
+        "targets",
+    }
+    assert set(results["throughput"]) == THROUGHPUT
+    for entry in results["throughput"].values():
+        assert entry["tokens_per_s"] > 0 and len(entry["passes"]) == results["settings"]["passes"]
+    assert results["throughput"]["limit"]["ratio_to_limit"] == 1.0
+    assert results["corpus"]["tokens"] == 2_000_000
+    for name in ("a", "b"):
+        source = gp.open_corpus(tmp_path / name)
+        assert source.dtype == np.uint16 and source.num_tokens == 1_000_000
+    index = results["index"]
+    assert index["plan"]["documents"] == 10**5 and index["plan"]["peak_extra_mib"] > 0
+    assert index["restore"]["slot"] == 10**6 and index["first_batch_seconds"] > 0
+    assert set(index["worker_startup_seconds"]) == {"documents", "windows"}
+    assert all(isinstance(t["met"], bool) for t in results["targets"])
+    json.dumps(results)  # JSON-serialisable
+    out = capsys.readouterr().out
+    assert "limit: memcpy" in out and "restore at slot 1,000,000" in out
+
+
+@pytest.mark.slow
+def test_cli_bench_quick_writes_json(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    argv = ["bench", "--quick", "--directory", str(tmp_path / "corpus"), "--json", str(path)]
+    assert main(argv) == 0
+    results = json.loads(path.read_text())
+    assert set(results["throughput"]) == THROUGHPUT
+    assert results["machine"]["cpu_count"] >= 1 and results["machine"]["numpy"] == np.__version__
+    assert "x limit" in capsys.readouterr().out
