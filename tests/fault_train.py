@@ -39,6 +39,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import orbax.checkpoint as ocp  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
+from loopback import use_loopback_collectives  # noqa: E402  (tests/ is sys.path[0])
 
 import grainpack as gp  # noqa: E402
 from grainpack.pipeline import batch_digest  # noqa: E402
@@ -51,23 +52,6 @@ def train_step(state: dict[str, Any], batch: dict[str, Any]) -> dict[str, Any]:
     """``acc * MULTIPLIER + sum(inputs * loss_mask)`` modulo 2**32 (exact, order-sensitive)."""
     total = jnp.sum(batch["inputs"] * batch["loss_mask"]).astype(jnp.uint32)
     return {"step": state["step"] + 1, "acc": state["acc"] * jnp.uint32(MULTIPLIER) + total}
-
-
-def use_loopback_collectives() -> None:
-    """Makes gloo (CPU collectives) use 127.0.0.1 instead of this host's name (private API)."""
-    try:
-        from jax._src import distributed, xla_bridge
-        from jax._src.lib import _jax
-
-        def cpu_client() -> Any:
-            collectives = _jax.make_gloo_tcp_collectives(
-                distributed_client=distributed.global_state.client, hostname="127.0.0.1"
-            )
-            return xla_bridge.make_cpu_client(collectives=collectives)
-
-        xla_bridge.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
-    except (ImportError, AttributeError, TypeError):
-        pass
 
 
 class Log:

@@ -29,6 +29,7 @@ import orbax.checkpoint as ocp
 from absl import flags
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from loopback import use_loopback_collectives  # tests/ is sys.path[0]
 
 import grainpack as gp
 
@@ -61,28 +62,6 @@ def train_step(params: dict[str, Any], batch: dict[str, Any]) -> tuple[dict[str,
     params = jax.tree.map(lambda p, g: p - LEARNING_RATE * g, params, grads)
     checksum = jnp.sum(batch["inputs"] * batch["loss_mask"] + batch["segment_ids"])
     return params, loss, checksum
-
-
-def use_loopback_collectives() -> None:
-    """Makes gloo (CPU collectives) listen on 127.0.0.1 instead of this host's name.
-
-    jax 0.10 builds gloo with ``hostname=None`` (the machine's hostname, which may resolve to
-    a LAN address); this registers the same CPU client factory with ``hostname="127.0.0.1"``
-    so the whole run stays on loopback. Private jax API: skipped when it is not there.
-    """
-    try:
-        from jax._src import distributed, xla_bridge
-        from jax._src.lib import _jax
-
-        def cpu_client() -> Any:
-            collectives = _jax.make_gloo_tcp_collectives(
-                distributed_client=distributed.global_state.client, hostname="127.0.0.1"
-            )
-            return xla_bridge.make_cpu_client(collectives=collectives)
-
-        xla_bridge.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
-    except (ImportError, AttributeError, TypeError):
-        pass
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
