@@ -55,16 +55,19 @@ def document_lengths(num_tokens: int, *, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng([seed, 0xBE4C])
     chunks, total = [], 0
     while total < num_tokens:
-        draw = rng.lognormal(np.log(MEDIAN_LENGTH), SIGMA, size=num_tokens // 500 + 16)
-        chunk = np.clip(draw, 1, MAX_LENGTH).astype(np.int64)
-        chunks.append(chunk)
-        total += int(chunk.sum())
+        chunks.append(_lognormal(rng, num_tokens // 500 + 16))
+        total += int(chunks[-1].sum())
     lengths = np.concatenate(chunks)
     ends = np.cumsum(lengths)
     n = int(np.searchsorted(ends, num_tokens)) + 1
     lengths = lengths[:n]
     lengths[-1] -= int(ends[n - 1]) - num_tokens
     return lengths
+
+
+def _lognormal(rng: np.random.Generator, n: int) -> np.ndarray:
+    draw = rng.lognormal(np.log(MEDIAN_LENGTH), SIGMA, size=n)
+    return np.clip(draw, 1, MAX_LENGTH).astype(np.int64)
 
 
 def bench_corpus(directory: str | os.PathLike[str], num_tokens: int) -> dict[str, str]:
@@ -154,7 +157,7 @@ def _configs(paths: dict[str, str]) -> dict[str, PipelineConfig]:
 
 
 def _plan_cost(num_documents: int, repeats: int) -> dict[str, float]:
-    lengths = document_lengths(num_documents * 1000)[:num_documents]  # ~1000 tokens/doc mean
+    lengths = _lognormal(np.random.default_rng(0), num_documents)
 
     def build() -> SourceRows:
         rows = SourceRows(lengths, unit="documents", block=BLOCK, seed=SEED, boundary=True)

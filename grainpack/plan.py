@@ -162,9 +162,10 @@ class SourceRows:
             self._identity = stream_plan(self.lengths, None, boundary=False)
             self.rows_per_epoch: int | None = self._identity.total // (block + 1)
         else:
-            whole = stream_plan(self.lengths, None, boundary=boundary)
-            self._unselected_total = whole.total
-            self.rows_per_epoch = whole.num_rows(block) if selector is None else None
+            n = len(self.lengths)
+            self._unselected_total = int(self.lengths.sum()) + (n - 1 if boundary and n else 0)
+            rows = -(-self._unselected_total // (block + 1))
+            self.rows_per_epoch = rows if selector is None else None
 
     def epoch_plan(self, epoch: int) -> StreamPlan:
         """The documents-unit stream of ``epoch`` (cached)."""
