@@ -59,8 +59,7 @@ def assemble_rows(
 ) -> dict[str, np.ndarray]:
     """Reads the spans of ``num_rows`` rows and builds the model arrays.
 
-    The spans of a row tile its first ``filled`` positions, so segment ids and positions are
-    expanded from the span table (``np.repeat``) instead of scanned from per-token marks.
+    Same as ``expand_rows(pack_rows(...))``.
 
     Args:
       parts: where the rows come from. Rows not covered by any part are padding rows.
@@ -73,8 +72,40 @@ def assemble_rows(
     Returns:
       The arrays described in the module docstring.
     """
+    packed = pack_rows(
+        parts,
+        num_rows=num_rows,
+        block=block,
+        pad_id=pad_id,
+        boundary_id=boundary_id,
+        provenance=provenance,
+    )
+    return expand_rows(packed)
+
+
+def pack_rows(
+    parts: Sequence[Part],
+    *,
+    num_rows: int,
+    block: int,
+    pad_id: int,
+    boundary_id: int | None,
+    provenance: bool = False,
+) -> dict[str, np.ndarray]:
+    """Reads the rows' tokens; the compact form :func:`expand_rows` turns into model arrays.
+
+    About two bytes per token for uint16 corpora (what a worker process should send):
+    ``tokens`` ``(num_rows, block + 1)`` (uint16 when every source and the pad and boundary
+    ids fit, else int32), ``filled`` (real tokens per row), and the row layout as pieces
+    tiling the flattened ``tokens``: ``start`` (sorted) and ``segment`` (the segment id of
+    each piece, 0 for padding). Provenance keys (if asked) pass through unchanged.
+
+    Args: as :func:`assemble_rows`.
+    """
     width = block + 1
-    tokens = np.empty((num_rows, width), dtype=np.int32)
+    ids = [pad_id] if boundary_id is None else [pad_id, boundary_id]
+    small = all(getattr(p.reader, "dtype", None) == np.uint16 for p in parts) and max(ids) < 65536
+    tokens = np.empty((num_rows, width), dtype=np.uint16 if small else np.int32)
     flat = tokens.reshape(-1)
     filled = np.zeros(num_rows, dtype=np.int64)
     at, stream, rank, which = [], [], [], []  # per span: flat position in ``tokens``, ...
@@ -95,29 +126,53 @@ def assemble_rows(
         flat[(at + length)[boundary]] = boundary_id
     # Segments tile each row: spans, then one padding piece (segment 0) where a row is short.
     short = np.flatnonzero(filled < width)
-    start = np.concatenate([at, short * width + filled[short]])
-    order = np.argsort(start, kind="stable")
-    start = start[order]
-    count = np.append(start[1:], num_rows * width) - start
-    rank = np.concatenate([*rank, np.zeros(len(short), dtype=np.int64)])[order]
-    segment_ids = np.repeat(rank.astype(np.int32), count).reshape(num_rows, width)
-    positions = _arange(num_rows * width) - np.repeat(start.astype(np.int32), count)
-    positions = positions.reshape(num_rows, width)
-    loss_mask = np.ones((num_rows, block), dtype=np.int32)
     for r, n in zip(short.tolist(), filled[short].tolist()):  # rare: the end of an epoch
         tokens[r, n:] = pad_id
+    at = np.concatenate([at, short * width + filled[short]])
+    order = np.argsort(at)
+    row, offset = np.divmod(at[order], width)
+    start = row * block + np.minimum(offset, block)  # on the inputs' (num_rows, block) grid
+    rank = np.concatenate([*rank, np.zeros(len(short), dtype=np.int64)])
+    packed = {"tokens": tokens, "filled": filled, "start": start, "segment": rank[order]}
+    if provenance:
+        packed.update(_provenance(parts, num_rows))
+    return packed
+
+
+def expand_rows(packed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The model arrays (module docstring) of rows packed by :func:`pack_rows`; fresh arrays.
+
+    Example:
+      >>> tokens = np.array([[5, 6, 7, 8], [9, 0, 0, 0]], dtype=np.uint16)
+      >>> packed = {"tokens": tokens, "filled": np.array([4, 1]), "start": np.array([0, 2, 3, 4]),
+      ...           "segment": np.array([1, 2, 1, 0])}
+      >>> out = expand_rows(packed)
+      >>> out["segment_ids"].tolist(), out["positions"].tolist(), out["loss_mask"].tolist()
+      ([[1, 1, 2], [1, 0, 0]], [[0, 1, 0], [0, 0, 0]], [[1, 1, 1], [0, 0, 0]])
+    """
+    tokens, filled, start = packed["tokens"], packed["filled"], packed["start"]
+    num_rows, block = tokens.shape[0], tokens.shape[1] - 1
+    count = np.append(start[1:], num_rows * block) - start
+    segment_ids = np.repeat(packed["segment"].astype(np.int32), count).reshape(num_rows, block)
+    positions = _arange(num_rows * block) - np.repeat(start.astype(np.int32), count)
+    positions = positions.reshape(num_rows, block)
+    loss_mask = np.ones((num_rows, block), dtype=np.int32)
+    short = np.flatnonzero(filled <= block)
+    for r, n in zip(short.tolist(), filled[short].tolist()):
         positions[r, n:] = 0
         loss_mask[r, max(n - 1, 0) :] = 0
     batch = {
-        "inputs": tokens[:, :-1].copy(),
-        "targets": tokens[:, 1:].copy(),
-        "segment_ids": segment_ids[:, :-1].copy(),
-        "positions": positions[:, :-1].copy(),
+        "inputs": tokens[:, :-1].astype(np.int32),
+        "targets": tokens[:, 1:].astype(np.int32),
+        "segment_ids": segment_ids,
+        "positions": positions,
         "loss_mask": loss_mask,
     }
-    if provenance:
-        batch.update(_provenance(parts, num_rows))
+    batch.update((k, v) for k, v in packed.items() if k not in _PACKED)
     return batch
+
+
+_PACKED = ("tokens", "filled", "start", "segment")
 
 
 def _read(
@@ -169,6 +224,8 @@ def _provenance(parts: Sequence[Part], num_rows: int) -> dict[str, np.ndarray]:
         "segment_document": document,
         "segment_offset": offset,
     }
+
+
 @functools.lru_cache(maxsize=8)
 def _arange(n: int) -> np.ndarray:
     out = np.arange(n, dtype=np.int32)
