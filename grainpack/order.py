@@ -6,7 +6,7 @@ same result without communicating. Pure: numpy only, no grainpack IO module is i
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, overload
 
 import numpy as np
 
@@ -36,8 +36,14 @@ _MUL1 = 0xBF58476D1CE4E5B9
 _MUL2 = 0x94D049BB133111EB
 
 
-def splitmix64(x: int) -> int:
+@overload
+def splitmix64(x: int) -> int: ...
+@overload
+def splitmix64(x: np.ndarray) -> np.ndarray: ...
+def splitmix64(x: int | np.ndarray) -> int | np.ndarray:
     """One SplitMix64 step: the seed's ``_splitmix64``, on Python ints modulo 2**64.
+
+    An array argument is hashed elementwise by :func:`splitmix64_array` (same values).
 
     Any int is accepted (negative or >= 2**64); it is reduced modulo 2**64 by the masking, so
     ``splitmix64(x) == splitmix64(x % 2**64)``.
@@ -52,6 +58,8 @@ def splitmix64(x: int) -> int:
         >>> hex(splitmix64(0))
         '0xe220a8397b1dcdaf'
     """
+    if isinstance(x, np.ndarray):
+        return splitmix64_array(x)
     x = (int(x) + _GOLDEN) & MASK64
     z = x
     z = ((z ^ (z >> 30)) * _MUL1) & MASK64
