@@ -33,7 +33,7 @@ import numpy as np
 
 from grainpack.config import PipelineConfig
 from grainpack.corpus import CorpusWriter, open_corpus
-from grainpack.pipeline import make_dataset
+from grainpack.pipeline import batch_digest, make_dataset
 from grainpack.plan import SourceRows
 from grainpack.windows import MixedStream
 
@@ -148,6 +148,24 @@ def _grain_packer(path: str) -> Callable[[], object]:
     return lambda: next(iterator)
 
 
+def _batches(config: PipelineConfig) -> Callable[[], object]:
+    iterator = iter(make_dataset(config, process_index=0, process_count=1))
+    return lambda: next(iterator)
+
+
+def _with_workers(config: PipelineConfig, passes: int, seconds: float) -> tuple[float, list]:
+    """Startup (to the first batch) and steady-state tokens/s with 2 Grain workers."""
+    t0 = time.perf_counter()
+    iterator = iter(make_dataset(config, process_index=0, process_count=1, worker_count=2))
+    next(iterator)
+    startup = time.perf_counter() - t0
+    width = BATCH * (BLOCK + 1)
+    _rate(lambda: next(iterator), width, 1, seconds)  # warm-up: the workers' buffers fill
+    rates = _rate(lambda: next(iterator), width, passes, seconds)
+    iterator.close()
+    return startup, rates
+
+
 def _configs(paths: dict[str, str]) -> dict[str, PipelineConfig]:
     common = {"sources": paths, "block": BLOCK, "global_batch_size": BATCH, "seed": SEED}
     return {
@@ -189,11 +207,9 @@ def _first_batch(config: PipelineConfig, state: dict[str, int] | None = None) ->
 
 def _restore_state(config: PipelineConfig, step: int) -> dict[str, int]:
     """A checkpoint state at ``step`` with the digest of batch ``step - 1``, as saved."""
-    iterator = iter(make_dataset(config, process_index=0, process_count=1))
-    state = iterator.get_state()
-    iterator.set_state(dict(state, step=step - 1))
-    next(iterator)
-    return iterator.get_state()
+    dataset = make_dataset(config, process_index=0, process_count=1)
+    state = iter(dataset).get_state()
+    return dict(state, step=step, digest=batch_digest(dataset.batches.batch(step - 1, 0)))
 
 
 def _machine() -> dict[str, Any]:
@@ -279,33 +295,18 @@ def run_benchmarks(
     configs = _configs(paths)
     width = BATCH * (BLOCK + 1)
 
-    def iterate(config: PipelineConfig, workers: int = 0) -> Callable[[], object]:
-        iterator = iter(
-            make_dataset(config, process_index=0, process_count=1, worker_count=workers)
-        )
-        closers.append(iterator)
-        return lambda: next(iterator)
-
-    closers: list[Any] = []
     mix = MixedStream(paths, BLOCK, SEED)
     steps: dict[str, Callable[[], object]] = {
         "limit": _limit(paths["a"]),
         "seed_loop": lambda: mix.next_batch(BATCH),
         "grain_packer": _grain_packer(paths["a"]),
-        "documents": iterate(configs["documents"]),
-        "windows": iterate(configs["windows"]),
+        "documents": _batches(configs["documents"]),
+        "windows": _batches(configs["windows"]),
     }
     rates = {name: _rate(step, width, passes, seconds) for name, step in steps.items()}
     startup = {}
     for unit in ("documents", "windows"):
-        t0 = time.perf_counter()
-        step = iterate(configs[unit], workers=2)
-        step()
-        startup[unit] = time.perf_counter() - t0
-        _rate(step, width, 1, seconds)  # steady state: workers' buffers filled
-        rates[f"{unit}_workers"] = _rate(step, width, passes, seconds)
-    for iterator in closers:
-        iterator.close()
+        startup[unit], rates[f"{unit}_workers"] = _with_workers(configs[unit], passes, seconds)
 
     limit = statistics.median(rates["limit"])
     throughput = {

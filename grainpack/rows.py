@@ -175,6 +175,30 @@ def expand_rows(packed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 _PACKED = ("tokens", "filled", "start", "segment")
 
 
+def split_rows(packed: dict[str, np.ndarray], parts: int) -> list[dict[str, np.ndarray]]:
+    """Cuts rows packed by :func:`pack_rows` into ``parts`` equal groups of consecutive rows
+    (views); :func:`expand_rows` of a group gives the arrays of its rows.
+
+    Example:
+      >>> tokens = np.array([[5, 6, 7], [8, 9, 4]], dtype=np.uint16)
+      >>> packed = {"tokens": tokens, "filled": np.array([3, 3]), "start": np.array([0, 1, 2]),
+      ...           "segment": np.array([1, 2, 1])}
+      >>> [p["start"].tolist() for p in split_rows(packed, 2)]
+      [[0, 1], [0]]
+    """
+    tokens = packed["tokens"]
+    n, block = len(tokens) // parts, tokens.shape[1] - 1
+    cuts = np.searchsorted(packed["start"], np.arange(parts + 1) * (n * block)).tolist()
+    out = []
+    for i in range(parts):
+        rows, pieces = slice(i * n, (i + 1) * n), slice(cuts[i], cuts[i + 1])
+        part = {k: v[rows] for k, v in packed.items() if k not in ("start", "segment")}
+        part["start"] = packed["start"][pieces] - i * n * block
+        part["segment"] = packed["segment"][pieces]
+        out.append(part)
+    return out
+
+
 def _read(
     readers: Sequence[StreamReader],
     flat: np.ndarray,
