@@ -97,8 +97,9 @@ def pack_rows(
     About two bytes per token for uint16 corpora (what a worker process should send):
     ``tokens`` ``(num_rows, block + 1)`` (uint16 when every source and the pad and boundary
     ids fit, else int32), ``filled`` (real tokens per row), and the row layout as pieces
-    tiling the flattened ``tokens``: ``start`` (sorted) and ``segment`` (the segment id of
-    each piece, 0 for padding). Provenance keys (if asked) pass through unchanged.
+    tiling the flattened ``(num_rows, block)`` inputs: ``start`` (sorted), ``count`` and
+    ``segment`` (the segment id of each piece, 0 for padding), all int32. Provenance keys
+    (if asked) pass through unchanged.
 
     Args: as :func:`assemble_rows`.
     """
@@ -131,9 +132,11 @@ def pack_rows(
     at = np.concatenate([at, short * width + filled[short]])
     order = np.argsort(at)
     row, offset = np.divmod(at[order], width)
-    start = row * block + np.minimum(offset, block)  # on the inputs' (num_rows, block) grid
-    rank = np.concatenate([*rank, np.zeros(len(short), dtype=np.int64)])
-    packed = {"tokens": tokens, "filled": filled, "start": start, "segment": rank[order]}
+    start = (row * block + np.minimum(offset, block)).astype(np.int32)  # the inputs' grid
+    count = np.diff(start, append=np.int32(num_rows * block))
+    rank = np.concatenate([*rank, np.zeros(len(short), dtype=np.int64)])[order]
+    packed = {"tokens": tokens, "filled": filled, "start": start, "count": count}
+    packed["segment"] = rank.astype(np.int32)
     if provenance:
         packed.update(_provenance(parts, num_rows))
     return packed
@@ -145,22 +148,21 @@ def expand_rows(packed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     Example:
       >>> tokens = np.array([[5, 6, 7, 8], [9, 0, 0, 0]], dtype=np.uint16)
       >>> packed = {"tokens": tokens, "filled": np.array([4, 1]), "start": np.array([0, 2, 3, 4]),
-      ...           "segment": np.array([1, 2, 1, 0])}
+      ...           "count": np.array([2, 1, 1, 2]), "segment": np.array([1, 2, 1, 0])}
       >>> out = expand_rows(packed)
       >>> out["segment_ids"].tolist(), out["positions"].tolist(), out["loss_mask"].tolist()
       ([[1, 1, 2], [1, 0, 0]], [[0, 1, 0], [0, 0, 0]], [[1, 1, 1], [0, 0, 0]])
     """
-    tokens, filled, start = packed["tokens"], packed["filled"], packed["start"]
+    tokens, filled, count = packed["tokens"], packed["filled"], packed["count"]
     num_rows, block = tokens.shape[0], tokens.shape[1] - 1
-    count = np.append(start[1:], num_rows * block) - start
-    segment_ids = np.repeat(packed["segment"].astype(np.int32), count).reshape(num_rows, block)
-    positions = _arange(num_rows * block) - np.repeat(start.astype(np.int32), count)
-    positions = positions.reshape(num_rows, block)
+    segment_ids = packed["segment"].repeat(count).reshape(num_rows, block)
+    positions = (_arange(num_rows * block) - packed["start"].repeat(count)).reshape(num_rows, block)
     loss_mask = np.ones((num_rows, block), dtype=np.int32)
-    short = np.flatnonzero(filled <= block)
-    for r, n in zip(short.tolist(), filled[short].tolist()):
-        positions[r, n:] = 0
-        loss_mask[r, max(n - 1, 0) :] = 0
+    if filled.min(initial=block + 1) <= block:  # rare: rows with padding
+        for r in (filled <= block).nonzero()[0].tolist():
+            n = int(filled[r])
+            positions[r, n:] = 0
+            loss_mask[r, max(n - 1, 0) :] = 0
     batch = {
         "inputs": tokens[:, :-1].astype(np.int32),
         "targets": tokens[:, 1:].astype(np.int32),
@@ -172,7 +174,8 @@ def expand_rows(packed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return batch
 
 
-_PACKED = ("tokens", "filled", "start", "segment")
+_PIECES = ("start", "count", "segment")
+_PACKED = ("tokens", "filled", *_PIECES)
 
 
 def split_rows(packed: dict[str, np.ndarray], parts: int) -> list[dict[str, np.ndarray]]:
@@ -182,7 +185,7 @@ def split_rows(packed: dict[str, np.ndarray], parts: int) -> list[dict[str, np.n
     Example:
       >>> tokens = np.array([[5, 6, 7], [8, 9, 4]], dtype=np.uint16)
       >>> packed = {"tokens": tokens, "filled": np.array([3, 3]), "start": np.array([0, 1, 2]),
-      ...           "segment": np.array([1, 2, 1])}
+      ...           "count": np.array([1, 1, 2]), "segment": np.array([1, 2, 1])}
       >>> [p["start"].tolist() for p in split_rows(packed, 2)]
       [[0, 1], [0]]
     """
@@ -192,9 +195,9 @@ def split_rows(packed: dict[str, np.ndarray], parts: int) -> list[dict[str, np.n
     out = []
     for i in range(parts):
         rows, pieces = slice(i * n, (i + 1) * n), slice(cuts[i], cuts[i + 1])
-        part = {k: v[rows] for k, v in packed.items() if k not in ("start", "segment")}
-        part["start"] = packed["start"][pieces] - i * n * block
-        part["segment"] = packed["segment"][pieces]
+        part = {k: v[rows] for k, v in packed.items() if k not in _PIECES}
+        part.update((k, packed[k][pieces]) for k in _PIECES)
+        part["start"] = part["start"] - i * n * block
         out.append(part)
     return out
 
