@@ -138,7 +138,7 @@ def pack_rows(
     packed = {"tokens": tokens, "filled": filled, "start": start, "count": count}
     packed["segment"] = rank.astype(np.int32)
     if provenance:
-        packed.update(_provenance(parts, num_rows))
+        packed.update(_provenance(parts, num_rows, width))
     return packed
 
 
@@ -227,13 +227,14 @@ def _read(
             reads[k](flat[a : a + n], s)
 
 
-def _provenance(parts: Sequence[Part], num_rows: int) -> dict[str, np.ndarray]:
+def _provenance(parts: Sequence[Part], num_rows: int, width: int) -> dict[str, np.ndarray]:
     """Per row: source and epoch; per segment ``k`` (segment id ``k + 1``): document id and
-    the offset of the segment's first token inside the document (-1 where absent)."""
+    the offset of the segment's first token inside the document (-1 where absent). Tables
+    are ``width`` (``block + 1``, the most segments a row can hold) wide, so every batch
+    has the same shapes."""
     source = np.full(num_rows, -1, dtype=np.int32)
     epoch = np.full(num_rows, -1, dtype=np.int64)
     per_row = [np.bincount(p.spans.row, minlength=len(p.destination)) for p in parts]
-    width = max([int(c.max(initial=0)) for c in per_row], default=0)
     document = np.full((num_rows, width), -1, dtype=np.int64)
     offset = np.full((num_rows, width), -1, dtype=np.int64)
     for part, counts in zip(parts, per_row):

@@ -35,8 +35,9 @@ def test_assemble_rows_golden_with_boundaries_and_padding_row():
     assert out["positions"].tolist() == [[0, 1, 0], [0, 0, 0], [0, 1, 0]]
     assert out["loss_mask"].tolist() == [[1, 1, 1], [0, 0, 0], [1, 1, 0]]
     assert out["source"].tolist() == [0, -1, 0]
-    assert out["segment_document"].tolist() == [[2, 0], [-1, -1], [0, 1]]
-    assert out["segment_offset"].tolist() == [[4, 0], [-1, -1], [2, 0]]
+    # block + 1 columns: the most segments a row can hold, so every batch has one shape
+    assert out["segment_document"].tolist() == [[2, 0, -1, -1], [-1] * 4, [0, 1, -1, -1]]
+    assert out["segment_offset"].tolist() == [[4, 0, -1, -1], [-1] * 4, [2, 0, -1, -1]]
 
 
 def test_boundary_spans_need_a_boundary_id():
