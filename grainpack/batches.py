@@ -20,10 +20,11 @@ from grainpack.config import PipelineConfig
 from grainpack.corpus import open_corpus
 from grainpack.mixing import SlotMixer
 from grainpack.plan import SourceRows
-from grainpack.rows import Part, assemble_rows
+from grainpack.rows import Part, expand_rows, pack_rows, split_rows
 from grainpack.source import TokenShardSource
 
 FORMAT_VERSION = 1
+CHUNK_STEPS = 16  # steps per Grain element: amortises Grain's per-element cost and index math
 
 
 class PipelineBatches:
@@ -76,8 +77,10 @@ class PipelineBatches:
             for name, src in zip(self.config.sources, self._sources):
                 for token in ("boundary_id", "pad_id"):
                     value = getattr(self.config, token)
-                    if src.vocab_size is not None and value is not None and (
-                        value >= src.vocab_size
+                    if (
+                        src.vocab_size is not None
+                        and value is not None
+                        and (value >= src.vocab_size)
                     ):
                         raise ValueError(
                             f"{token}={value} is outside source {name!r}'s vocabulary "
@@ -169,26 +172,41 @@ class PipelineBatches:
         self, step: int, process_index: int, process_count: int | None = None
     ) -> dict[str, np.ndarray]:
         """Process ``process_index``'s rows of global batch ``step``."""
+        return expand_rows(self.packed_steps(step, process_index, process_count)[0])
+
+    @property
+    def chunk_steps(self) -> int:
+        """Steps per Grain element of :func:`~grainpack.make_dataset`: ``CHUNK_STEPS``, or 1
+        with a ``sequence_selector`` (a curriculum bandit decides epochs online, so batches
+        are not computed ahead of the training loop's updates)."""
+        return CHUNK_STEPS if self.config.sequence_selector is None else 1
+
+    def packed_steps(
+        self, step: int, process_index: int, process_count: int | None = None, *, steps: int = 1
+    ) -> list[dict[str, np.ndarray]]:
+        """Steps ``[step, step + steps)`` of one process, packed in one pass: one mixer
+        draw, one span lookup per (source, epoch) and one ``pack_rows`` for all their rows."""
         count = self.process_count if process_count is None else process_count
         size = self.config.global_batch_size
-        slots = step * size + process_index + count * np.arange(size // count, dtype=np.int64)
+        local = process_index + count * np.arange(size // count, dtype=np.int64)
+        offsets = (size * np.arange(steps, dtype=np.int64)[:, None] + local).reshape(-1)
+        slots = step * size + offsets
         if self.evaluation is not None:
             j = list(self.config.sources).index(self.evaluation)
             valid = np.flatnonzero(slots < self.rows(j).rows_in_epoch(0))
             sources = np.full(len(valid), j)
             epochs, rows = np.zeros(len(valid), dtype=np.int64), slots[valid]
         else:
-            chosen, occurrences = self.mixer.draws(step * size, (step + 1) * size)
+            chosen, occurrences = self.mixer.draws(step * size, (step + steps) * size)
             valid = np.arange(len(slots))
-            sources = chosen[process_index::count]
-            occurrences = occurrences[process_index::count]
+            sources, occurrences = chosen[offsets], occurrences[offsets]
             epochs, rows = np.empty_like(occurrences), np.empty_like(occurrences)
-            for j in np.unique(sources):
+            for j in np.unique(sources).tolist():
                 sel = sources == j
-                epochs[sel], rows[sel] = self.rows(int(j)).locate(occurrences[sel])
-        return self._assemble(len(slots), valid, sources, epochs, rows)
+                epochs[sel], rows[sel] = self.rows(j).locate(occurrences[sel])
+        return split_rows(self._pack(len(slots), valid, sources, epochs, rows), steps)
 
-    def _assemble(
+    def _pack(
         self,
         num_rows: int,
         destination: np.ndarray,
@@ -202,7 +220,7 @@ class PipelineBatches:
             spans = self.rows(j).spans(e, rows[sel])
             parts.append(Part(j, e, self.sources[j], spans, destination[sel]))
         cfg = self.config
-        return assemble_rows(
+        return pack_rows(
             parts,
             num_rows=num_rows,
             block=cfg.block,

@@ -1,15 +1,19 @@
 """Grain entry points: ``make_dataset``, ``make_data_loader``, ``make_eval_dataset``.
 
-One Grain element is one per-process batch (Grain's per-element bookkeeping costs tens of
-microseconds, a 2049-token row about one to copy). The iterator's state is the global step
-plus identity checks, so a checkpoint is an index: it restores exactly, with any worker
-count and on any process count (the global batches do not depend on either).
+One Grain element is ``chunk_steps`` (16) per-process batches, packed as tokens plus a
+compact row layout (Grain's per-element bookkeeping costs tens of microseconds, a
+2049-token row about one to copy, and a worker sends about two bytes per token); the
+iterator expands them into model arrays one batch at a time. The iterator's state is the
+global step plus identity checks, so a checkpoint is an index: it restores exactly, with any
+worker count and on any process count (the global batches do not depend on either).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +23,7 @@ import numpy as np
 from grainpack.batches import FORMAT_VERSION, PipelineBatches
 from grainpack.checks import check_int
 from grainpack.config import PipelineConfig
+from grainpack.rows import expand_rows
 
 STATE_KEYS = ("version", "step", "process_index", "process_count", "fingerprint", "digest")
 READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
@@ -78,6 +83,48 @@ class PipelineDataset(grain.IterDataset):
         return f"PipelineDataset({self.batches!r}, process_index={self.options.process_index})"
 
 
+# Worker processes send packed chunks (about 2 bytes per token) pickled: one shared-memory
+# segment per array costs more than the copy at these sizes.
+_PICKLE_ARRAYS = grain.experimental.DatasetOptions(min_shm_size=1 << 30)
+
+
+@dataclasses.dataclass(frozen=True)
+class _PackedChunks:
+    """Grain data source of one process's steps, ``chunk_steps`` per record: record ``c`` is
+    steps ``first + c * chunk_steps, ...`` packed (tokens and a compact row layout)."""
+
+    batches: PipelineBatches
+    first: int
+    process_index: int
+
+    def __len__(self) -> int:
+        return sys.maxsize
+
+    def __getitem__(self, record: int) -> list[dict[str, np.ndarray]]:
+        steps = self.batches.chunk_steps
+        return self.batches.packed_steps(
+            self.first + record * steps, self.process_index, steps=steps
+        )
+
+
+class _Expanded:
+    """Consumer side of :class:`_PackedChunks`: one batch of model arrays per ``next``."""
+
+    def __init__(self, chunks: Any) -> None:
+        self.chunks, self.pending = chunks, collections.deque()
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if not self.pending:
+            self.pending.extend(next(self.chunks))
+        return expand_rows(self.pending.popleft())
+
+    def start_prefetch(self) -> None:
+        self.chunks.start_prefetch()
+
+    def close(self) -> None:
+        self.chunks.close()
+
+
 class PipelineIterator(grain.DatasetIterator):
     """Iterator whose state is ``{"step": t, ...}`` (JSON of plain ints).
 
@@ -102,17 +149,17 @@ class PipelineIterator(grain.DatasetIterator):
 
     def _open(self) -> Any:
         if self._inner is None:
-            count = self._batches.process_count
-            start = self._step * count + self._options.process_index
-            ds = grain.MapDataset.source(self._batches)[start::count].to_iter_dataset(READ_OPTIONS)
+            chunks = _PackedChunks(self._batches, self._step, self._options.process_index)
+            ds = grain.MapDataset.source(chunks).to_iter_dataset(READ_OPTIONS)
             if self._options.worker_count:
+                ds = grain.experimental.WithOptionsIterDataset(ds, _PICKLE_ARRAYS)
                 ds = ds.mp_prefetch(
                     grain.multiprocessing.MultiprocessingOptions(
                         num_workers=self._options.worker_count,
                         per_worker_buffer_size=self._options.worker_buffer_size,
                     )
                 )
-            self._inner = iter(ds)
+            self._inner = _Expanded(iter(ds))
         return self._inner
 
     def __next__(self) -> dict[str, np.ndarray]:

@@ -221,10 +221,15 @@ def _read(
             heads = np.flatnonzero(np.concatenate([[True], ~joined]))
             at, stream, which = at[heads], stream[heads], which[heads]
             length = np.add.reduceat(length, heads)
-    reads = [r.read_into for r in readers]
-    for k, a, s, n in zip(which.tolist(), at.tolist(), stream.tolist(), length.tolist()):
-        if n:
-            reads[k](flat[a : a + n], s)
+    for k, reader in enumerate(readers):
+        mine = slice(None) if len(readers) == 1 else which == k
+        read_spans = getattr(reader, "read_spans", None)
+        if read_spans is not None:  # TokenShardSource: one call for all spans
+            read_spans(flat, at[mine], stream[mine], length[mine])
+            continue
+        for a, s, n in zip(at[mine].tolist(), stream[mine].tolist(), length[mine].tolist()):
+            if n:
+                reader.read_into(flat[a : a + n], s)
 
 
 def _provenance(parts: Sequence[Part], num_rows: int, width: int) -> dict[str, np.ndarray]:

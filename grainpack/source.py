@@ -331,6 +331,34 @@ class TokenShardSource:
                 pos += take
             k += 1
 
+    def read_spans(
+        self, out: np.ndarray, at: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+    ) -> None:
+        """``out[at[k]:at[k] + lengths[k]] = stream[starts[k]:starts[k] + lengths[k]]`` for
+        every ``k``: :meth:`read_into` for many spans, with one bounds check and one shard
+        lookup for all of them (the fast path of row assembly).
+
+        Raises:
+            IndexError: A span leaves ``[0, num_tokens]``.
+        """
+        starts = np.asarray(starts, dtype=np.int64)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        ends = starts + lengths
+        total = self._starts_list[-1]
+        if len(starts) and (starts.min() < 0 or lengths.min() < 0 or ends.max() > total):
+            raise IndexError(f"spans must lie in [0, {total}]; read within num_tokens")
+        shard = np.searchsorted(self._starts, starts, side="right") - 1
+        np.minimum(shard, len(self._shards) - 1, out=shard)  # empty spans at the very end
+        local = starts - self._starts[shard]
+        crosses = ends > self._starts[shard + 1]
+        maps = {k: self._shard(k) for k in set(shard.tolist())}
+        spans = zip(at.tolist(), shard.tolist(), local.tolist(), lengths.tolist())
+        for (a, k, s, n), cross in zip(spans, crosses.tolist()):
+            if cross:
+                self.read_into(out[a : a + n], s + self._starts_list[k])
+            elif n:
+                out[a : a + n] = maps[k][s : s + n]
+
     def read_tokens(self, start: int, stop: int) -> np.ndarray:
         """Returns a copy of stream tokens ``[start, stop)`` (may cross shards)."""
         start, stop = operator.index(start), operator.index(stop)

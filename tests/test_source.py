@@ -92,6 +92,16 @@ def test_source_read_into_any_int_dtype(src):
         src.read_into([0, 0], 0)
 
 
+def test_source_read_spans_many_at_once_across_shards(src):
+    out = np.full(12, -1, np.int32)
+    # stream: 1 2 3 | 4 5 6 7 8 | 9 10 11  (shards of 3, 5, 3 tokens)
+    src.read_spans(out, np.array([0, 2, 6, 9, 11]), np.array([1, 6, 10, 11, 0]),
+                   np.array([2, 4, 1, 0, 0]))  # fmt: skip
+    assert out.tolist() == [2, 3, 7, 8, 9, 10, 11, -1, -1, -1, -1, -1]
+    with pytest.raises(IndexError, match=r"spans must lie in \[0, 11\]"):
+        src.read_spans(out, np.array([0]), np.array([9]), np.array([3]))
+
+
 def test_source_read_into_uint32_corpus(tmp_path):
     src = write_corpus(tmp_path, [[70000, 1], [2, 80000]], dtype="uint32", shard_tokens=2)
     out = np.zeros(3, np.int64)
