@@ -19,6 +19,7 @@ from typing import Any
 
 import grain
 import numpy as np
+from absl import flags
 
 from grainpack.batches import FORMAT_VERSION, PipelineBatches
 from grainpack.checks import check_int
@@ -49,6 +50,13 @@ def process_index_and_count(
 
 
 DIGEST_KEYS = ("inputs", "targets", "segment_ids", "positions", "loss_mask")
+
+
+def _absl_flags_parsed() -> None:
+    """Grain 0.2.18 workers read absl flags and crash when jax is importable and the flags
+    are unparsed (google/grain#1355); programs under ``absl.app.run`` have parsed them."""
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
 
 
 def batch_digest(batch: Mapping[str, np.ndarray]) -> int:
@@ -152,6 +160,7 @@ class PipelineIterator(grain.DatasetIterator):
             chunks = _PackedChunks(self._batches, self._step, self._options.process_index)
             ds = grain.MapDataset.source(chunks).to_iter_dataset(READ_OPTIONS)
             if self._options.worker_count:
+                _absl_flags_parsed()
                 ds = grain.experimental.WithOptionsIterDataset(ds, _PICKLE_ARRAYS)
                 ds = ds.mp_prefetch(
                     grain.multiprocessing.MultiprocessingOptions(
@@ -360,6 +369,8 @@ def make_data_loader(
     """
     p, count = process_index_and_count(process_index, process_count)
     batches = PipelineBatches(config, process_count=count)
+    if worker_count:
+        _absl_flags_parsed()
     return grain.DataLoader(
         data_source=batches,
         sampler=StepSampler(len(batches)),
