@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="also write the results to this JSON file")
 
     p = command("demo", "write the embedded two-language corpus and stream batches from it")
-    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--directory", help="where to write the demo corpus (default: cache)")
     return parser
 

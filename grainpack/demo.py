@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from grainpack.accounting import mixture_accounting
 from grainpack.config import PipelineConfig
 from grainpack.corpus import CorpusWriter, open_corpus
 from grainpack.pipeline import make_dataset
@@ -74,7 +75,7 @@ def decode(tokens: np.ndarray) -> str:
     out = bytearray()
     for t in np.asarray(tokens).tolist():
         out.extend(b"\xc2\xb6" if t >= 256 else bytes([t]))
-    return out.decode("utf-8", errors="replace")
+    return out.decode("utf-8", errors="ignore")  # a cut multi-byte character is dropped
 
 
 def default_cache_dir() -> Path:
@@ -100,46 +101,41 @@ def write_demo_corpus(directory: str | os.PathLike[str] | None = None) -> dict[s
 def run_demo(
     *,
     directory: str | os.PathLike[str] | None = None,
-    steps: int = 200,
-    block: int = 256,
+    steps: int = 2000,
+    block: int = 512,
     batch_size: int = 8,
     seed: int = 0,
 ) -> dict[str, float]:
     """Streams ``steps`` batches of the content-matched en/el mix and reports what it saw."""
     paths = write_demo_corpus(directory)
     sizes = {k: open_corpus(p).num_tokens for k, p in paths.items()}
-    premiums = {"en": 1.0, "el": sizes["el"] / sizes["en"]}
     config = PipelineConfig(
         sources=paths,
         block=block,
         global_batch_size=batch_size,
         seed=seed,
-        premiums=premiums,
+        premiums={"en": 1.0, "el": sizes["el"] / sizes["en"]},  # same content, more tokens
         boundary_id=BOUNDARY_ID,
     )
     iterator = iter(make_dataset(config, process_index=0, process_count=1))
     first = next(iterator)
     start = time.perf_counter()
-    real = tokens = 0
-    for _ in range(steps):
-        batch = next(iterator)
-        real += int(batch["loss_mask"].sum())
-        tokens += batch["loss_mask"].size
+    for _ in range(steps - 1):
+        next(iterator)
     seconds = time.perf_counter() - start
+    corpora = ", ".join(f"{k}={v:,} tokens" for k, v in sizes.items())
+    print(f"corpora at {Path(paths['en']).parent}: {corpora}")
     print(
-        f"corpora: {', '.join(f'{k}={v:,} tokens' for k, v in sizes.items())} at {root_of(paths)}"
+        f"streamed {steps} batches of {batch_size} x {block} tokens: "
+        f"{(steps - 1) * batch_size * block / seconds:,.0f} tokens/s"
     )
-    print(f"content-mode probabilities: {dict(zip(paths, config.probabilities))}")
-    print(
-        f"streamed {steps} batches of {batch_size}x{block} in {seconds:.3f} s: "
-        f"{tokens / seconds:,.0f} tokens/s, real-token share {real / tokens:.4f}"
-    )
-    row = first["inputs"][0]
-    segments = first["segment_ids"][0]
-    print(f"first row has {segments.max()} document segments; it starts:")
-    print("   ", repr(decode(row[:120])))
-    return {"tokens_per_second": tokens / seconds, "real_share": real / tokens}
-
-
-def root_of(paths: dict[str, str]) -> str:
-    return str(Path(next(iter(paths.values()))).parent)
+    print(f"{'source':>8} {'target':>8} {'realized':>9} {'rows':>7} {'epochs':>7} {'real':>7}")
+    for a in mixture_accounting(config, steps).values():
+        print(
+            f"{a.name:>8} {a.target_share:8.3f} {a.realized_share:9.3f} {a.rows:7,} "
+            f"{a.epochs:7.2f} {a.real_share:7.4f}"
+        )
+    row, segments = first["inputs"][0], first["segment_ids"][0]
+    print(f"row 0 of step 0 holds {segments.max()} document segments; it starts:")
+    print("   ", repr(decode(row[:100])))
+    return {"tokens_per_second": (steps - 1) * batch_size * block / seconds}

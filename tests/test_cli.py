@@ -139,4 +139,4 @@ def test_console_script_help_and_usage_errors():
 def test_demo_streams_batches(tmp_path, capsys):
     assert main(["demo", "--steps", "5", "--directory", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "tokens/s" in out and "content-mode probabilities" in out
+    assert "tokens/s" in out and "realized" in out and " el " in out
