@@ -48,41 +48,6 @@ class Part:
     destination: np.ndarray
 
 
-def assemble_rows(
-    parts: Sequence[Part],
-    *,
-    num_rows: int,
-    block: int,
-    pad_id: int,
-    boundary_id: int | None,
-    provenance: bool = False,
-) -> dict[str, np.ndarray]:
-    """Reads the spans of ``num_rows`` rows and builds the model arrays.
-
-    Same as ``expand_rows(pack_rows(...))``.
-
-    Args:
-      parts: where the rows come from. Rows not covered by any part are padding rows.
-      num_rows: rows in the batch.
-      block: model sequence length (rows hold ``block + 1`` tokens).
-      pad_id: token written where a row has no data.
-      boundary_id: token written after spans whose ``boundary`` flag is set.
-      provenance: also return where every segment comes from (see :func:`provenance`).
-
-    Returns:
-      The arrays described in the module docstring.
-    """
-    packed = pack_rows(
-        parts,
-        num_rows=num_rows,
-        block=block,
-        pad_id=pad_id,
-        boundary_id=boundary_id,
-        provenance=provenance,
-    )
-    return expand_rows(packed)
-
-
 def pack_rows(
     parts: Sequence[Part],
     *,
@@ -101,7 +66,14 @@ def pack_rows(
     ``segment`` (the segment id of each piece, 0 for padding), all int32. Provenance keys
     (if asked) pass through unchanged.
 
-    Args: as :func:`assemble_rows`.
+    Args:
+      parts: where the rows come from. Rows not covered by any part are padding rows.
+      num_rows: rows in the batch.
+      block: model sequence length (rows hold ``block + 1`` tokens).
+      pad_id: token written where a row has no data.
+      boundary_id: token written after spans whose ``boundary`` flag is set.
+      provenance: also return where every segment comes from (source and epoch per row;
+        document and offset per segment).
     """
     width = block + 1
     ids = [pad_id] if boundary_id is None else [pad_id, boundary_id]

@@ -36,10 +36,10 @@ flags.FLAGS.mark_as_parsed()  # grain 0.2.18 reads absl flags (google/grain#1355
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import loopback  # noqa: E402  (tests/ is sys.path[0])
 import numpy as np  # noqa: E402
 import orbax.checkpoint as ocp  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
-from loopback import use_loopback_collectives  # noqa: E402  (tests/ is sys.path[0])
 
 import grainpack as gp  # noqa: E402
 from grainpack.pipeline import batch_digest  # noqa: E402
@@ -94,13 +94,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if kill_phase not in PHASES:
             raise SystemExit(f"--kill phase must be one of {PHASES}; got {kill_phase!r}")
     if args.num_processes > 1:
-        jax.distributed.initialize(
-            coordinator_address=f"127.0.0.1:{args.port}",
-            num_processes=args.num_processes,
-            process_id=args.process_id,
-            initialization_timeout=60,
-        )
-        use_loopback_collectives()
+        loopback.initialize(args.port, args.num_processes, args.process_id)
 
     config = gp.PipelineConfig(**json.loads(pathlib.Path(args.config).read_text()))
     iterator = iter(gp.make_dataset(config))  # process index and count from jax

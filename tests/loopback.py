@@ -25,3 +25,16 @@ def use_loopback_collectives() -> None:
         xla_bridge.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
     except (ImportError, AttributeError, TypeError):
         pass
+
+
+def initialize(port: int, num_processes: int, process_id: int) -> None:
+    """``jax.distributed.initialize`` on 127.0.0.1, collectives on loopback too."""
+    import jax
+
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=60,
+    )
+    use_loopback_collectives()

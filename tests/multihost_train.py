@@ -24,12 +24,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import loopback  # tests/ is sys.path[0]
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import flags
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from loopback import use_loopback_collectives  # tests/ is sys.path[0]
 
 import grainpack as gp
 
@@ -83,13 +83,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
 
     if args.num_processes > 1:
-        jax.distributed.initialize(
-            coordinator_address=f"127.0.0.1:{args.port}",
-            num_processes=args.num_processes,
-            process_id=args.process_id,
-            initialization_timeout=60,
-        )
-        use_loopback_collectives()
+        loopback.initialize(args.port, args.num_processes, args.process_id)
 
     config = gp.PipelineConfig(**json.loads(pathlib.Path(args.config).read_text()))
     iterator = iter(gp.make_dataset(config))  # process index/count from jax

@@ -7,11 +7,11 @@ import pytest
 
 import grainpack as gp
 from grainpack.plan import row_spans, stream_plan
-from grainpack.rows import Part, assemble_rows
+from grainpack.rows import Part, expand_rows, pack_rows
 
 
 class ListReader:
-    """A stream reader over a list of documents (what assemble_rows needs)."""
+    """A stream reader over a list of documents (what pack_rows needs)."""
 
     def __init__(self, docs):
         self.stream = np.concatenate(docs)
@@ -19,6 +19,10 @@ class ListReader:
 
     def read_into(self, out, start):
         out[:] = self.stream[start : start + len(out)]
+
+
+def assemble_rows(parts, **options):
+    return expand_rows(pack_rows(parts, **options))
 
 
 def test_assemble_rows_golden_with_boundaries_and_padding_row():
