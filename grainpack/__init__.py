@@ -19,6 +19,7 @@ from grainpack.accounting import (
     mixture_accounting,
     window_shares,
 )
+from grainpack.bandit import LengthBandit, UndecidedEpochError
 from grainpack.batches import PipelineBatches
 from grainpack.checkpoint import CheckpointRestore, CheckpointSave
 from grainpack.config import PipelineConfig
@@ -27,13 +28,11 @@ from grainpack.corpus import CorpusWriter, open_corpus, read_manifest, write_cor
 from grainpack.curriculum import (
     BucketReport,
     Chain,
-    LengthBandit,
     LengthBuckets,
     LinearRamp,
     PerSource,
     RateSchedule,
     Selector,
-    UndecidedEpochError,
 )
 from grainpack.mixing import (
     SlotMixer,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import numbers
+from collections.abc import Sequence
+
+import numpy as np
 
 
 def check_int(name: str, value: object, minimum: int | None = 0) -> int:
@@ -20,3 +24,50 @@ def check_int(name: str, value: object, minimum: int | None = 0) -> int:
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}{sign}, got {name}={value}")
     return int(value)
+
+
+def check_float(
+    name: str,
+    value: object,
+    low: float,
+    high: float,
+    *,
+    closed_low: bool = False,
+    closed_high: bool = False,
+) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number; got {value!r}")
+    x = float(value)
+    if not (low < x < high or (closed_low and x == low) or (closed_high and x == high)):
+        left, right = "[" if closed_low else "(", "]" if closed_high else ")"
+        raise ValueError(f"{name} must lie in {left}{low}, {high}{right}; got {name}={value!r}")
+    return x
+
+
+def check_floats(
+    name: str, values: object, count: int, *, allow_nan: bool = False
+) -> tuple[float, ...]:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise TypeError(f"{name} must be a sequence of {count} numbers; got {values!r}")
+    out = []
+    for x in values:
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
+            raise TypeError(f"{name} must hold numbers; got {x!r} in {name}={values!r}")
+        x = float(x)
+        if math.isinf(x) or (math.isnan(x) and not allow_nan):
+            raise ValueError(f"{name} must be finite; got {name}={list(values)!r}")
+        out.append(x)
+    if len(out) != count:
+        raise ValueError(f"{name} needs one value per bucket ({count}); got {len(out)}: {out}")
+    return tuple(out)
+
+
+def check_rates(name: str, values: object) -> tuple[float, ...]:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise TypeError(f"{name} must be a sequence of keep rates in [0, 1]; got {values!r}")
+    rates = check_floats(name, values, len(values))  # type: ignore[arg-type]
+    if not rates or any(not 0.0 <= r <= 1.0 for r in rates):
+        raise ValueError(
+            f"{name} must be keep rates in [0, 1] (one per bucket); got {name}={list(rates)}"
+        )
+    return rates

@@ -19,8 +19,8 @@ on one corpus serves single-source configs. A pipeline that calls ``bind(name, c
 its selector for every source gives each source its own lengths and lets :class:`PerSource`
 choose a selector by source name.
 
-:class:`LengthBandit` adapts the rates from rewards the training loop reports per bucket
-(exponential weights with uniform exploration, i.e. EXP3 where every bucket is observed every
+:class:`~grainpack.bandit.LengthBandit` adapts the rates from rewards the training loop
+reports per bucket (exponential weights with uniform exploration, i.e. EXP3 where every bucket is observed every
 epoch). Rewards of epoch ``e`` decide the rates of epoch ``e + delay`` (``delay >= 1``,
 default 2), and epochs ``< delay`` keep everything. Decided rates are kept per epoch and never
 change, so the order of epoch ``e`` is a pure function of (seed, epoch, rewards of epochs
@@ -46,30 +46,26 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from grainpack.checks import check_int, check_rates
 from grainpack.order import SequenceSelector, check_selected_order, splitmix64, splitmix64_array
 
 __all__ = [
     "BucketReport",
     "Chain",
     "HasLengths",
-    "LengthBandit",
     "LengthBuckets",
     "LinearRamp",
     "PerSource",
     "RateSchedule",
     "Selector",
-    "UndecidedEpochError",
 ]
 
 KEEP_STREAM = 0x5E1EC7
-_STATE_FORMAT = "grainpack.LengthBandit/1"
 
 
 class HasLengths(Protocol):
@@ -102,10 +98,6 @@ class Selector(SequenceSelector, Protocol):
     def report(self, order: np.ndarray, seed: int, epoch: int) -> Any: ...
 
     def bind(self, name: str, corpus: HasLengths) -> SequenceSelector | None: ...
-
-
-class UndecidedEpochError(RuntimeError):
-    """The pipeline needs keep rates of an epoch the bandit has not decided yet."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,14 +147,14 @@ class LinearRamp:
     epochs: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "start", _check_rates("start", self.start))
-        object.__setattr__(self, "end", _check_rates("end", self.end))
+        object.__setattr__(self, "start", check_rates("start", self.start))
+        object.__setattr__(self, "end", check_rates("end", self.end))
         if len(self.start) != len(self.end):
             raise ValueError(
                 f"start and end need one rate per bucket each; got {len(self.start)} and "
                 f"{len(self.end)} rates"
             )
-        _check_int("epochs", self.epochs, minimum=1)
+        check_int("epochs", self.epochs, minimum=1)
 
     @property
     def num_buckets(self) -> int:
@@ -171,7 +163,7 @@ class LinearRamp:
 
     def rates(self, epoch: int) -> tuple[float, ...]:
         """Rates of ``epoch``."""
-        t = min(_check_int("epoch", epoch, minimum=0), self.epochs) / self.epochs
+        t = min(check_int("epoch", epoch, minimum=0), self.epochs) / self.epochs
         if t == 1.0:
             return self.end
         return tuple(min(1.0, max(0.0, a + (b - a) * t)) for a, b in zip(self.start, self.end))
@@ -207,7 +199,7 @@ class LengthBuckets:
         if not isinstance(edges, tuple):
             raise TypeError(f"edges must be a sequence of ints; got {self.edges!r}")
         for x in edges:
-            _check_int("edges", x, minimum=1)
+            check_int("edges", x, minimum=1)
         if any(b <= a for a, b in itertools.pairwise(edges)):
             raise ValueError(
                 f"edges must be strictly increasing token counts; got {edges=}; sort them "
@@ -222,7 +214,7 @@ class LengthBuckets:
                     f"per epoch) or a RateSchedule; got {rates!r}"
                 )
             rows = rates if isinstance(rates[0], Sequence) else [rates]
-            rates = tuple(_check_rates("rates", row) for row in rows)
+            rates = tuple(check_rates("rates", row) for row in rows)
             object.__setattr__(self, "rates", rates)
         counts = {len(row) for row in rates} if isinstance(rates, tuple) else {rates.num_buckets}
         if counts != {self.num_buckets}:
@@ -244,7 +236,7 @@ class LengthBuckets:
         """Keep rate of each bucket in ``epoch``."""
         if isinstance(self.rates, tuple):
             return self.rates[min(epoch, len(self.rates) - 1)]
-        return _check_rates("schedule rates", self.rates.rates(epoch))
+        return check_rates("schedule rates", self.rates.rates(epoch))
 
     def bucket_of(self, documents: np.ndarray) -> np.ndarray:
         """Bucket index (int64) of each document id."""
@@ -289,8 +281,8 @@ class LengthBuckets:
 
         Selection ignores positions, so ``None`` gives the same counts as the base order.
         """
-        _check_int("seed", seed, minimum=0)
-        _check_int("epoch", epoch, minimum=0)
+        check_int("seed", seed, minimum=0)
+        check_int("epoch", epoch, minimum=0)
         if order is None:
             order = np.arange(len(self._all_lengths()))
         buckets, keep = self._keep(order, seed, epoch)
@@ -323,177 +315,6 @@ class LengthBuckets:
                 f"to source {name!r} ({corpus!r}); drop corpus= or use PerSource"
             )
         return self
-
-
-class LengthBandit:
-    """Keep rates per length bucket learned from rewards (a :class:`RateSchedule`).
-
-    Preferences ``h`` start at 0. ``update(e, rewards)`` sets
-    ``h = (1 - decay) * h + learning_rate * reward`` per bucket (NaN: bucket not observed,
-    left alone; ``decay > 0`` forgets old rewards, for non-stationary rewards such as
-    learning progress). It then decides the rates of epoch ``e + delay``:
-    ``p = (1 - exploration) * softmax(h) + exploration / num_buckets`` and
-    ``rate = p / max(p)``. The favoured bucket keeps every document, and every bucket keeps
-    at least ``exploration / num_buckets``. Epochs ``< delay`` keep everything. Rates of
-    decided epochs never change (see the module docstring for the contract).
-
-    Args:
-      num_buckets: buckets of the :class:`LengthBuckets` it drives (``len(edges) + 1``).
-      learning_rate: step on the preferences per unit of reward, > 0.
-      exploration: uniform mixing in ``(0, 1]``.
-      delay: epochs between the rewards of an epoch and the first rates they change, >= 1.
-      decay: fraction of the preferences forgotten at each update, in ``[0, 1)``.
-
-    Example:
-      >>> bandit = LengthBandit(2, learning_rate=1.0, exploration=0.2, delay=1)
-      >>> bandit.rates(0)
-      (1.0, 1.0)
-      >>> [round(r, 3) for r in bandit.update(0, [0.0, -2.0])]
-      [1.0, 0.243]
-      >>> bandit.rates(1) == bandit.history[1]
-      True
-    """
-
-    def __init__(
-        self,
-        num_buckets: int,
-        *,
-        learning_rate: float = 1.0,
-        exploration: float = 0.1,
-        delay: int = 2,
-        decay: float = 0.0,
-    ) -> None:
-        self._num_buckets = _check_int("num_buckets", num_buckets, minimum=1)
-        self._learning_rate = _check_float("learning_rate", learning_rate, 0.0, math.inf)
-        self._exploration = _check_float("exploration", exploration, 0.0, 1.0, closed_high=True)
-        self._delay = _check_int("delay", delay, minimum=1)
-        self._decay = _check_float("decay", decay, 0.0, 1.0, closed_low=True)
-        self._preferences = [0.0] * self._num_buckets
-        self._history = [(1.0,) * self._num_buckets] * self._delay
-
-    def __repr__(self) -> str:
-        # Configuration only: the repr is in the pipeline fingerprint, which must not change
-        # while the bandit learns. Checkpoints carry the state (state_dict).
-        return (
-            f"LengthBandit(num_buckets={self._num_buckets}, learning_rate="
-            f"{self._learning_rate!r}, exploration={self._exploration!r}, delay={self._delay}, "
-            f"decay={self._decay!r})"
-        )
-
-    @property
-    def num_buckets(self) -> int:
-        """Number of length buckets."""
-        return self._num_buckets
-
-    @property
-    def delay(self) -> int:
-        """Epochs between the rewards of an epoch and the rates they decide."""
-        return self._delay
-
-    @property
-    def updates(self) -> int:
-        """Epochs rewarded so far; the next ``update`` is for this epoch."""
-        return len(self._history) - self._delay
-
-    @property
-    def history(self) -> tuple[tuple[float, ...], ...]:
-        """Decided rates, one row per epoch ``0 .. decided - 1``."""
-        return tuple(self._history)
-
-    def probabilities(self) -> tuple[float, ...]:
-        """The current policy ``p`` (sums to 1)."""
-        top = max(self._preferences)
-        weights = [math.exp(h - top) for h in self._preferences]
-        total = sum(weights)
-        mix, k = self._exploration, self._num_buckets
-        return tuple((1.0 - mix) * w / total + mix / k for w in weights)
-
-    def rates(self, epoch: int) -> tuple[float, ...]:
-        """Decided rates of ``epoch``.
-
-        Raises:
-          UndecidedEpochError: ``epoch`` is not decided yet.
-        """
-        epoch = _check_int("epoch", epoch, minimum=0)
-        if epoch < len(self._history):
-            return self._history[epoch]
-        raise UndecidedEpochError(
-            f"LengthBandit has decided the rates of epochs 0..{len(self._history) - 1} only, "
-            f"but epoch {epoch} is needed; call update({self.updates}, rewards) earlier, "
-            f"at the latest before the pipeline reaches epoch {len(self._history)}. If the data "
-            "comes from Grain workers, call iterator.close() after update() so that they "
-            "restart with the new state, or restore the bandit's state before the iterator"
-        )
-
-    def update(self, epoch: int, rewards: Sequence[float]) -> tuple[float, ...]:
-        """Report per-bucket rewards of ``epoch`` (higher is better; NaN: not observed).
-
-        Epochs are reported once each, in order. Rewards of about unit scale work with the
-        default ``learning_rate`` (e.g. normalised loss improvement per bucket).
-
-        Returns:
-          The rates decided for epoch ``epoch + delay``.
-        """
-        if epoch != self.updates:
-            raise ValueError(
-                f"expected the rewards of epoch {self.updates}; got {epoch=}. Report every "
-                "epoch once, in order (a restored bandit continues where its state ended)"
-            )
-        values = _check_floats("rewards", rewards, self._num_buckets, allow_nan=True)
-        step, keep = self._learning_rate, 1.0 - self._decay
-        prefs = [
-            h if math.isnan(r) else keep * h + step * r for h, r in zip(self._preferences, values)
-        ]
-        top = max(prefs)
-        self._preferences = [h - top for h in prefs]
-        probs = self.probabilities()
-        best = max(probs)
-        rates = tuple(min(1.0, p / best) for p in probs)
-        self._history.append(rates)
-        return rates
-
-    def state_dict(self) -> dict[str, Any]:
-        """The learned state as plain JSON data (for ``ocp.args.JsonSave``).
-
-        Example:
-          >>> import orbax.checkpoint as ocp
-          >>> bandit = LengthBandit(3)
-          >>> args = ocp.args.Composite(curriculum=ocp.args.JsonSave(bandit.state_dict()))
-          >>> sorted(bandit.state_dict())
-          ['delay', 'format', 'num_buckets', 'preferences', 'rates']
-        """
-        return {
-            "format": _STATE_FORMAT,
-            "num_buckets": self._num_buckets,
-            "delay": self._delay,
-            "preferences": list(self._preferences),
-            "rates": [list(r) for r in self._history],
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a :meth:`state_dict` (from a bandit with the same buckets and delay)."""
-        keys = {"format", "num_buckets", "delay", "preferences", "rates"}
-        if not isinstance(state, Mapping) or set(state) != keys:
-            raise ValueError(
-                f"not a LengthBandit state: expected keys {sorted(keys)}; got {state!r}"
-            )
-        if state["format"] != _STATE_FORMAT:
-            raise ValueError(f"state format {state['format']!r} is not {_STATE_FORMAT!r}")
-        mine = {"num_buckets": self._num_buckets, "delay": self._delay}
-        theirs = {k: state[k] for k in mine}
-        if mine != theirs:
-            raise ValueError(
-                f"the state was saved by a bandit with {theirs}, this one has {mine}; build "
-                "the bandit with the saved configuration"
-            )
-        prefs = _check_floats("preferences", state["preferences"], self._num_buckets)
-        rows = state["rates"]
-        if not isinstance(rows, Sequence) or len(rows) < self._delay:
-            raise ValueError(f"state rates must hold >= {self._delay} epochs; got {rows!r}")
-        history = [
-            _check_rates("rates", _check_floats("rates", r, self._num_buckets)) for r in rows
-        ]
-        self._preferences, self._history = list(prefs), history
 
 
 def _describe(selector: object) -> str:
@@ -626,58 +447,3 @@ class PerSource:
         if selector is not None and hasattr(selector, "bind"):
             return selector.bind(name, corpus)
         return selector
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int >= {minimum}; got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {name}={value}")
-    return int(value)
-
-
-def _check_float(
-    name: str,
-    value: object,
-    low: float,
-    high: float,
-    *,
-    closed_low: bool = False,
-    closed_high: bool = False,
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number; got {value!r}")
-    x = float(value)
-    if not (low < x < high or (closed_low and x == low) or (closed_high and x == high)):
-        left, right = "[" if closed_low else "(", "]" if closed_high else ")"
-        raise ValueError(f"{name} must lie in {left}{low}, {high}{right}; got {name}={value!r}")
-    return x
-
-
-def _check_floats(
-    name: str, values: object, count: int, *, allow_nan: bool = False
-) -> tuple[float, ...]:
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
-        raise TypeError(f"{name} must be a sequence of {count} numbers; got {values!r}")
-    out = []
-    for x in values:
-        if isinstance(x, bool) or not isinstance(x, numbers.Real):
-            raise TypeError(f"{name} must hold numbers; got {x!r} in {name}={values!r}")
-        x = float(x)
-        if math.isinf(x) or (math.isnan(x) and not allow_nan):
-            raise ValueError(f"{name} must be finite; got {name}={list(values)!r}")
-        out.append(x)
-    if len(out) != count:
-        raise ValueError(f"{name} needs one value per bucket ({count}); got {len(out)}: {out}")
-    return tuple(out)
-
-
-def _check_rates(name: str, values: object) -> tuple[float, ...]:
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
-        raise TypeError(f"{name} must be a sequence of keep rates in [0, 1]; got {values!r}")
-    rates = _check_floats(name, values, len(values))  # type: ignore[arg-type]
-    if not rates or any(not 0.0 <= r <= 1.0 for r in rates):
-        raise ValueError(
-            f"{name} must be keep rates in [0, 1] (one per bucket); got {name}={list(rates)}"
-        )
-    return rates

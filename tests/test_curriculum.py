@@ -11,14 +11,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 import grainpack as gp
-from grainpack.curriculum import (
-    Chain,
-    LengthBandit,
-    LengthBuckets,
-    LinearRamp,
-    PerSource,
-    UndecidedEpochError,
-)
+from grainpack.bandit import LengthBandit, UndecidedEpochError
+from grainpack.curriculum import Chain, LengthBuckets, LinearRamp, PerSource
 from grainpack.order import splitmix64
 
 EDGES = (16, 64)  # buckets: [1, 16), [16, 64), [64, ...)
@@ -291,7 +285,7 @@ def test_selector_built_on_another_corpus_is_a_clear_error(corpus):
     [
         ({"edges": (64, 16), "rates": (1, 1, 1)}, ValueError, "strictly increasing"),
         ({"edges": (16, 16), "rates": (1, 1, 1)}, ValueError, "strictly increasing"),
-        ({"edges": (0, 16), "rates": (1, 1, 1)}, ValueError, "edges must be an int >= 1"),
+        ({"edges": (0, 16), "rates": (1, 1, 1)}, ValueError, "edges must be >= 1, got edges=0"),
         ({"edges": (1.5,), "rates": (1, 1)}, TypeError, "edges must be an int"),
         ({"edges": (16,), "rates": (1.0, 1.5)}, ValueError, r"in \[0, 1\]"),
         ({"edges": (16,), "rates": (-0.1, 1.0)}, ValueError, r"in \[0, 1\]"),
