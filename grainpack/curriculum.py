@@ -20,13 +20,13 @@ its selector for every source gives each source its own lengths and lets :class:
 choose a selector by source name.
 
 :class:`~grainpack.bandit.LengthBandit` adapts the rates from rewards the training loop
-reports per bucket (exponential weights with uniform exploration, i.e. EXP3 where every bucket is observed every
-epoch). Rewards of epoch ``e`` decide the rates of epoch ``e + delay`` (``delay >= 1``,
-default 2), and epochs ``< delay`` keep everything. Decided rates are kept per epoch and never
-change, so the order of epoch ``e`` is a pure function of (seed, epoch, rewards of epochs
-``<= e - delay``). It does not depend on when the pipeline computes the epoch (plans are
-cached and computed ahead). If the pipeline reaches an epoch that is not decided yet, it
-raises :class:`UndecidedEpochError` instead of guessing.
+reports per bucket (exponential weights with uniform exploration, i.e. EXP3 where every
+bucket is observed every epoch). Rewards of epoch ``e`` decide the rates of epoch
+``e + delay`` (``delay >= 1``, default 2), and epochs ``< delay`` keep everything. Decided
+rates are kept per epoch and never change, so the order of epoch ``e`` is a pure function of
+(seed, epoch, rewards of epochs ``<= e - delay``). It does not depend on when the pipeline
+computes the epoch (plans are cached and computed ahead). If the pipeline reaches an epoch
+that is not decided yet, it raises ``UndecidedEpochError`` instead of guessing.
 Contract for the training loop:
 
 * report the same rewards at the same step on every process. Compute them from globally
