@@ -247,7 +247,8 @@ def make_dataset(
     worker_count: int = 0,
     worker_buffer_size: int = 2,
     ignore_fingerprint_mismatch: bool = False,
-) -> PipelineDataset:
+    evaluation: bool | str = False,
+) -> grain.IterDataset:
     """This process's unbounded stream of batches as a ``grain.IterDataset``.
 
     Batch ``t`` holds slots ``t*B + p + k*P`` of global batch ``t`` (round-robin), as a dict
@@ -263,6 +264,8 @@ def make_dataset(
         batches and the checkpoint state do not depend on it.
       worker_buffer_size: batches each worker prepares ahead.
       ignore_fingerprint_mismatch: accept restoring a state saved with another config.
+      evaluation: instead of the training stream, the finite evaluation pass of
+        :func:`make_eval_dataset` over the source of that name (``True``: the only source).
 
     Example:
       >>> import tempfile, numpy as np, grainpack as gp
@@ -273,6 +276,11 @@ def make_dataset(
       >>> next(it)["inputs"].shape, it.get_state()["step"]
       ((2, 8), 1)
     """
+    if evaluation is not False:
+        source = None if evaluation is True else evaluation
+        return make_eval_dataset(
+            config, source=source, process_index=process_index, process_count=process_count
+        )
     p, count = process_index_and_count(process_index, process_count)
     check_int("worker_count", worker_count)
     check_int("worker_buffer_size", worker_buffer_size, minimum=1)

@@ -284,3 +284,15 @@ def test_set_state_rejects_a_corrupt_state(two_sources, bad):
     next(it)
     with pytest.raises(ValueError, match="corrupt grainpack iterator state"):
         it.set_state({**it.get_state(), **bad})
+
+
+def test_make_dataset_evaluation_mode_is_the_eval_pass(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=3)
+    finite = list(gp.make_dataset(cfg, process_index=1, process_count=2, evaluation="fr"))
+    expected = list(gp.make_eval_dataset(cfg, source="fr", process_index=1, process_count=2))
+    assert len(finite) == len(expected) > 0
+    for a, b in zip(finite, expected):
+        np.testing.assert_array_equal(a["inputs"], b["inputs"])
+    with pytest.raises(ValueError, match="name the one to evaluate"):
+        gp.make_dataset(cfg, process_index=0, process_count=1, evaluation=True)
