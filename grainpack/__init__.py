@@ -24,7 +24,7 @@ from grainpack.batches import PipelineBatches
 from grainpack.checkpoint import CheckpointRestore, CheckpointSave
 from grainpack.config import PipelineConfig
 from grainpack.convert import convert_corpus, convert_jsonl, convert_npy
-from grainpack.corpus import CorpusWriter, open_corpus, read_manifest, write_corpus
+from grainpack.corpus import open_corpus, read_manifest
 from grainpack.curriculum import (
     BucketReport,
     Chain,
@@ -63,6 +63,7 @@ from grainpack.source import CorpusError, TokenShardSource
 from grainpack.streaming import StreamingCorpus
 from grainpack.verify import VerifyReport, describe_corpus, verify_corpus
 from grainpack.windows import MixedStream, PackedStream
+from grainpack.writer import CorpusWriter, write_corpus
 
 __version__ = "0.1.0"
 

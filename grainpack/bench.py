@@ -32,10 +32,11 @@ import grain
 import numpy as np
 
 from grainpack.config import PipelineConfig
-from grainpack.corpus import CorpusWriter, open_corpus
+from grainpack.corpus import open_corpus
 from grainpack.pipeline import batch_digest, make_dataset
 from grainpack.plan import SourceRows
 from grainpack.windows import MixedStream
+from grainpack.writer import CorpusWriter
 
 BLOCK, BATCH, SEED = 2048, 8, 0
 BOUNDARY_ID = VOCAB = 50256  # tokens are drawn from [0, 50256); the boundary is one past

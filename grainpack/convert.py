@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import tqdm
 
-from grainpack.corpus import CorpusWriter, open_corpus
+from grainpack.corpus import open_corpus
 from grainpack.source import TokenShardSource
+from grainpack.writer import CorpusWriter
 
 __all__ = ["convert_corpus", "convert_jsonl", "convert_npy"]
 
@@ -200,7 +201,7 @@ def convert_corpus(
 
     Example:
         >>> import tempfile
-        >>> from grainpack.corpus import write_corpus
+        >>> from grainpack.writer import write_corpus
         >>> d = tempfile.mkdtemp()
         >>> _ = write_corpus(f"{d}/a", [[1, 2], [3]])
         >>> [x.tolist() for x in convert_corpus(f"{d}/a", f"{d}/b", dtype="uint32")]

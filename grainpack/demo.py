@@ -19,8 +19,9 @@ import numpy as np
 
 from grainpack.accounting import mixture_accounting
 from grainpack.config import PipelineConfig
-from grainpack.corpus import CorpusWriter, open_corpus
+from grainpack.corpus import open_corpus
 from grainpack.pipeline import make_dataset
+from grainpack.writer import CorpusWriter
 
 BOUNDARY_ID = 256  # one past the byte values: the end-of-document token
 VOCAB_SIZE = 257

@@ -133,7 +133,7 @@ class TokenShardSource:
 
     Example:
         >>> import tempfile
-        >>> from grainpack.corpus import write_corpus
+        >>> from grainpack.writer import write_corpus
         >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2, 3], [], [4, 5]])
         >>> len(src), src[2].tolist(), src.lengths.tolist(), src.read_tokens(1, 4).tolist()
         (3, [4, 5], [3, 0, 2], [2, 3, 4])

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from grainpack import corpus
+from grainpack.writer import CorpusWriter
 
 
 def documents(seed: int, count: int) -> Iterator[np.ndarray]:
@@ -45,7 +46,7 @@ def build(
     pause_after: int | None = None,
 ) -> None:
     """Writes ``documents(seed, count)`` to ``path``; prints progress when ``progress > 0``."""
-    with corpus.CorpusWriter(
+    with CorpusWriter(
         path, dtype="uint16", shard_tokens=shard_tokens, overwrite=overwrite
     ) as writer:
         if progress:
@@ -74,7 +75,7 @@ def pause_before_manifest_rename() -> None:
             sleep_until_killed()
         real_replace(src, dst)
 
-    corpus.os.replace = replace  # type: ignore[assignment]
+    os.replace = replace  # type: ignore[assignment]  (the writer calls os.replace)
 
 
 def main(argv: Sequence[str]) -> None:

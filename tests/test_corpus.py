@@ -10,14 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grainpack.corpus import (
-    CorpusError,
-    CorpusWriter,
-    fingerprint,
-    open_corpus,
-    read_manifest,
-    write_corpus,
-)
+from grainpack.corpus import CorpusError, fingerprint, open_corpus, read_manifest
+from grainpack.writer import CorpusWriter, write_corpus
 
 DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], [9], [], [10, 11]]
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grainpack.corpus import write_corpus
 from grainpack.packing import PackedCorpus, num_packed_rows, pack_documents, packed_length
+from grainpack.writer import write_corpus
 
 DOCS = [np.array([1, 2, 3]), np.array([4, 5]), np.array([6]), np.array([7, 8, 9, 10])]
 

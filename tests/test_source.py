@@ -10,8 +10,9 @@ import grain
 import numpy as np
 import pytest
 
-from grainpack.corpus import open_corpus, write_corpus
+from grainpack.corpus import open_corpus
 from grainpack.source import ShardRecord, TokenShardSource
+from grainpack.writer import write_corpus
 
 DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], [9], [], [10, 11]]  # shards at shard_tokens=4: 3 | 5 | 3
 

@@ -8,9 +8,9 @@ import pickle
 import numpy as np
 import pytest
 
-from grainpack.corpus import write_corpus
 from grainpack.mixing import BLOCK_SLOTS, choose_sources, cumulative_probabilities
 from grainpack.windows import MixedStream, PackedStream
+from grainpack.writer import write_corpus
 
 
 def write_seed_layout(directory, shards):
