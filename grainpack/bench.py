@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from typing import Any
 
 import grain
 import numpy as np
+import tqdm
 
 from grainpack.config import PipelineConfig
 from grainpack.corpus import open_corpus
@@ -253,6 +255,7 @@ def run_benchmarks(
     passes: int = 5,
     quick: bool = False,
     json_path: str | os.PathLike[str] | None = None,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Runs every benchmark, prints a table and returns (optionally writes) the results.
 
@@ -266,6 +269,7 @@ def run_benchmarks(
       passes: timed passes per measurement (the median is reported).
       quick: tiny sizes for a smoke test (2M tokens, 10**5 plan documents, 2 short passes).
       json_path: also write the results there as JSON.
+      progress: show which measurement runs (a progress bar on stderr).
 
     Returns:
       ``{"machine", "date", "settings", "corpus", "throughput", "index", "targets"}``;
@@ -307,10 +311,19 @@ def run_benchmarks(
         "documents": _batches(configs["documents"]),
         "windows": _batches(configs["windows"]),
     }
-    rates = {name: _rate(step, width, passes, seconds) for name, step in steps.items()}
+    stages = [*steps, "documents_workers", "windows_workers", "index costs"]
+    bar = tqdm.tqdm(stages, desc="bench", unit="stage", disable=not progress, file=sys.stderr)
+    rates = {}
+    for name, step in steps.items():
+        bar.set_postfix_str(THROUGHPUT_LABELS[name])
+        rates[name] = _rate(step, width, passes, seconds)
+        bar.update()
     startup = {}
     for unit in ("documents", "windows"):
+        bar.set_postfix_str(THROUGHPUT_LABELS[f"{unit}_workers"])
         startup[unit], rates[f"{unit}_workers"] = _with_workers(configs[unit], passes, seconds)
+        bar.update()
+    bar.set_postfix_str("index costs")
 
     limit = statistics.median(rates["limit"])
     throughput = {
@@ -330,6 +343,8 @@ def run_benchmarks(
         "restore": {"slot": step * BATCH, "seconds": _first_batch(configs["documents"], state)},
         "worker_startup_seconds": startup,
     }
+    bar.update()
+    bar.close()
     results = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": _machine(),
