@@ -262,7 +262,7 @@ def make_dataset(
       process_count: processes sharing each global batch (default ``jax.process_count()``).
       worker_count: Grain worker processes producing batches (0: in this process). The
         batches and the checkpoint state do not depend on it.
-      worker_buffer_size: batches each worker prepares ahead.
+      worker_buffer_size: Grain elements (of 16 batches) each worker prepares ahead.
       ignore_fingerprint_mismatch: accept restoring a state saved with another config.
       evaluation: instead of the training stream, the finite evaluation pass of
         :func:`make_eval_dataset` over the source of that name (``True``: the only source).
