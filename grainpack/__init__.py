@@ -59,7 +59,12 @@ from grainpack.pipeline import (
     make_eval_dataset,
 )
 from grainpack.sharding import make_global_batch, slot_order
-from grainpack.source import CorpusError, TokenShardSource
+from grainpack.source import (
+    CorpusError,
+    CorpusExistsError,
+    CorpusNotFoundError,
+    TokenShardSource,
+)
 from grainpack.streaming import StreamingCorpus
 from grainpack.verify import VerifyReport, describe_corpus, verify_corpus
 from grainpack.windows import MixedStream, PackedStream
@@ -73,6 +78,8 @@ __all__ = [
     "CheckpointRestore",
     "CheckpointSave",
     "CorpusError",
+    "CorpusExistsError",
+    "CorpusNotFoundError",
     "CorpusWriter",
     "LengthBandit",
     "LengthBuckets",

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from grainpack.formats import open_megatron, open_seed_layout
-from grainpack.source import CorpusError, ShardRecord, TokenShardSource
+from grainpack.source import CorpusError, CorpusNotFoundError, ShardRecord, TokenShardSource
 
 __all__ = [
     "MANIFEST_NAME",
@@ -183,7 +183,8 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
             corpus's own ``eos_id`` must agree).
 
     Raises:
-        FileNotFoundError: Nothing exists at ``path``.
+        CorpusNotFoundError: Nothing exists at ``path`` (a ``FileNotFoundError`` and a
+            ``ValueError``).
         CorpusError: (a ``ValueError``) ``path`` is not a corpus, or is malformed/incomplete.
 
     Example:
@@ -209,7 +210,7 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
     if Path(f"{prefix}.idx").exists() or Path(f"{prefix}.bin").exists():
         return open_megatron(prefix, eos_id=eos_id)
     if not p.exists():
-        raise FileNotFoundError(_not_a_corpus(p).replace("is not a corpus", "does not exist"))
+        raise CorpusNotFoundError(_not_a_corpus(p).replace("is not a corpus", "does not exist"))
     raise CorpusError(_not_a_corpus(p))
 
 

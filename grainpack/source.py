@@ -27,6 +27,14 @@ class CorpusError(ValueError):
     """A corpus on disk is missing, malformed or inconsistent (the message says what and where)."""
 
 
+class CorpusNotFoundError(FileNotFoundError, CorpusError):
+    """Nothing exists at the corpus path (both a ``FileNotFoundError`` and a ``ValueError``)."""
+
+
+class CorpusExistsError(FileExistsError, CorpusError):
+    """A write would replace a corpus without ``overwrite=True`` (also a ``ValueError``)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardRecord:
     """Where one shard's tokens live and how to find its document boundaries.

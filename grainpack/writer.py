@@ -29,7 +29,7 @@ from grainpack.corpus import (
     _plain,
     open_corpus,
 )
-from grainpack.source import TokenShardSource
+from grainpack.source import CorpusExistsError, TokenShardSource
 
 __all__ = ["CorpusWriter", "write_corpus"]
 
@@ -171,7 +171,8 @@ class CorpusWriter:
             crash mid-overwrite leaves a directory that does not open.
 
     Raises:
-        FileExistsError: ``path`` holds a corpus and ``overwrite`` is false.
+        CorpusExistsError: ``path`` holds a corpus and ``overwrite`` is false (a
+            ``FileExistsError`` and a ``ValueError``).
 
     Example:
         >>> import tempfile
@@ -203,13 +204,15 @@ class CorpusWriter:
     def _prepare_directory(self, overwrite: bool) -> None:
         p = self.path
         if p.exists() and not p.is_dir():
-            raise FileExistsError(f"{p} exists and is not a directory; choose another output path")
+            raise CorpusExistsError(
+                f"{p} exists and is not a directory; choose another output path"
+            )
         if (p / "index.json").exists():
-            raise FileExistsError(f"{p} holds a seed-layout corpus (index.json); write elsewhere")
+            raise CorpusExistsError(f"{p} holds a seed-layout corpus (index.json); write elsewhere")
         p.mkdir(parents=True, exist_ok=True)
         if (p / MANIFEST_NAME).exists():
             if not overwrite:
-                raise FileExistsError(
+                raise CorpusExistsError(
                     f"{p} already holds a corpus ({MANIFEST_NAME} present); "
                     "pass overwrite=True to replace it"
                 )
