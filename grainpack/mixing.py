@@ -15,9 +15,9 @@ import math
 import numbers
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -412,7 +412,13 @@ def token_premiums(
     return tuple(bj / cj for bj, cj in zip(b, c, strict=True))
 
 
-def content_probabilities(premiums: Sequence[float]) -> tuple[float, ...]:
+@overload
+def content_probabilities(premiums: Mapping[str, float]) -> dict[str, float]: ...
+@overload
+def content_probabilities(premiums: Sequence[float]) -> tuple[float, ...]: ...
+def content_probabilities(
+    premiums: Sequence[float] | Mapping[str, float],
+) -> tuple[float, ...] | dict[str, float]:
     """Content mode: token shares that give every language the same amount of *content*.
 
     ``premiums[j]`` = tokens language ``j`` needs per unit of content (see
@@ -430,15 +436,19 @@ def content_probabilities(premiums: Sequence[float]) -> tuple[float, ...]:
     units. Equal content, twice the Arabic tokens.
 
     Args:
-        premiums: positive tokens-per-content value per language, in language order.
+        premiums: positive tokens-per-content value per language, in language order, or a
+            mapping language -> premium.
 
     Returns:
-        Probabilities summing to 1 (up to float rounding), ready for ``MixedStream(probs=...)``.
+        Probabilities summing to 1 (up to float rounding), ready for ``MixedStream(probs=...)``
+        (a mapping language -> probability when ``premiums`` is a mapping).
 
     Example:
         >>> content_probabilities(token_premiums([1.0, 1.4], [4.0, 2.8]))
         (0.3333333333333333, 0.6666666666666666)
     """
+    if isinstance(premiums, Mapping):
+        return dict(zip(premiums, content_probabilities(list(premiums.values()))))
     prem = _positive_floats("premiums", premiums)
     total = math.fsum(prem)
     return tuple(p / total for p in prem)

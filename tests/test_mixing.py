@@ -270,3 +270,8 @@ def test_slot_mixer_pickle_drops_cache():
     data = pickle.dumps(mixer)
     assert len(data) < 1000
     assert pickle.loads(data).counts_before(40 * BLOCK_SLOTS + 3).tolist() == expected.tolist()
+
+
+def test_content_probabilities_keep_the_names_of_a_mapping():
+    # en needs 0.25 tokens per unit of content, ar 0.5: ar gets twice the token share
+    assert content_probabilities({"en": 0.25, "ar": 0.5}) == {"en": 1 / 3, "ar": 2 / 3}
