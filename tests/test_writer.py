@@ -1,0 +1,95 @@
+"""grainpack.writer: validation, refusing to overwrite, interrupted writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grainpack.corpus import CorpusError, open_corpus
+from grainpack.writer import CorpusWriter, write_corpus
+
+DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], [9], [], [10, 11]]
+
+
+def _docs(src) -> list[list[int]]:
+    return [src[i].tolist() for i in range(len(src))]
+
+
+# -- writer validation ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("doc", "kwargs", "error", "match"),
+    [
+        ([1.0, 2.0], {}, TypeError, "document 1: expected integer token ids"),  # floats
+        ([[1, 2]], {}, ValueError, r"document 1: expected a 1-D .* shape \(1, 2\)"),  # 2-D
+        ([3, -4], {}, ValueError, "document 1: token id -4 at position 1 is negative"),
+        ([1, 70000], {}, ValueError, r"document 1: token id 70000 at position 1 .*dtype='uint32'"),
+        ([2**32], {"dtype": "uint32"}, ValueError, "token id 4294967296 at position 0"),
+        ([1, 12], {"vocab_size": 12}, ValueError, "token id 12 at position 1 is >= vocab_size=12"),
+        (["a"], {}, TypeError, "expected integer token ids"),  # strings
+    ],
+)
+def test_corpus_writer_rejects_bad_documents(tmp_path, doc, kwargs, error, match):
+    with pytest.raises(error, match=match), CorpusWriter(tmp_path, **kwargs) as w:
+        w.add([0])
+        w.add(doc)
+    assert not (tmp_path / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"dtype": "int32"}, "dtype must be 'uint16' or 'uint32'"),
+        ({"dtype": "float"}, "dtype must be 'uint16' or 'uint32'"),
+        ({"vocab_size": 70000}, r"vocab_size must be .*use dtype='uint32'"),
+        ({"vocab_size": 0}, "vocab_size must be"),
+        ({"vocab_size": 10, "eos_id": 10}, r"eos_id must be an int in \[0, 10\)"),
+        ({"eos_id": -1}, "eos_id must be"),
+        ({"shard_tokens": 0}, "shard_tokens must be a positive int"),
+    ],
+)
+def test_corpus_writer_rejects_bad_options(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CorpusWriter(tmp_path, **kwargs)
+
+
+def test_corpus_writer_refuses_existing_corpus_unless_overwrite(tmp_path):
+    write_corpus(tmp_path, [[1, 2, 3], [4]], shard_tokens=1)  # 2 shards
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        write_corpus(tmp_path, [[5]])
+    src = write_corpus(tmp_path, [[5]], overwrite=True)
+    assert _docs(src) == [[5]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "manifest.json",
+        "offsets-00000.bin",
+        "tokens-00000.bin",
+    ]
+
+
+def test_corpus_writer_interrupted_leaves_no_corpus_and_rewrite_succeeds(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"), CorpusWriter(tmp_path, shard_tokens=2) as w:
+        w.add([1, 2])
+        w.add([3, 4])
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []  # no manifest; the finished shard 0 is removed too
+    with pytest.raises(CorpusError, match="not a corpus"):
+        open_corpus(tmp_path)
+    (tmp_path / "tokens-00007.bin").write_bytes(b"stale")  # left by a crashed run
+    assert _docs(write_corpus(tmp_path, [[9]])) == [[9]]
+    assert not (tmp_path / "tokens-00007.bin").exists()
+
+
+def test_corpus_writer_overwrite_removes_manifest_first(tmp_path):
+    write_corpus(tmp_path, [[1]])
+    with pytest.raises(RuntimeError), CorpusWriter(tmp_path, overwrite=True) as w:
+        w.add([2])
+        raise RuntimeError("crash mid-overwrite")
+    with pytest.raises(CorpusError, match="not a corpus"):
+        open_corpus(tmp_path)
+
+
+def test_corpus_writer_accepts_numpy_integer_options(tmp_path):
+    src = write_corpus(tmp_path, [[1]], vocab_size=np.int64(5), eos_id=np.uint16(1))
+    assert (src.vocab_size, src.eos_id) == (5, 1)
+    assert type(open_corpus(tmp_path, eos_id=np.int32(1)).eos_id) is int
