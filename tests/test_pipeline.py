@@ -230,30 +230,6 @@ def test_eval_pass_yields_every_row_once_then_padding(two_sources):
         assert not got[len(rows) :].any() and not mask[len(rows) :].any()
 
 
-def test_config_rejects_bad_input(two_sources):
-    paths, _ = two_sources
-    with pytest.raises(ValueError, match="must sum to 1"):
-        gp.PipelineConfig(
-            sources=paths, block=8, global_batch_size=4, weights={"en": 0.5, "fr": 0.6}
-        )
-    with pytest.raises(ValueError, match="exactly the sources"):
-        gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, weights={"en": 1.0})
-    with pytest.raises(ValueError, match="finite number"):
-        gp.PipelineConfig(
-            sources=paths, block=8, global_batch_size=4, weights={"en": float("nan"), "fr": 0.5}
-        )
-    with pytest.raises(ValueError, match="must be > 0"):
-        gp.PipelineConfig(
-            sources=paths, block=8, global_batch_size=4, weights={"en": 0.0, "fr": 1.0}
-        )
-    with pytest.raises(ValueError, match="block must be >= 1"):
-        gp.PipelineConfig(sources=paths, block=0, global_batch_size=4)
-    with pytest.raises(ValueError, match="documents' only"):
-        gp.PipelineConfig(
-            sources=paths, block=8, global_batch_size=4, unit="windows", boundary_id=3
-        )
-
-
 def test_source_shorter_than_one_row_is_an_error(tmp_path):
     gp.write_corpus(tmp_path / "tiny", [[1, 2, 3]])
     cfg = gp.PipelineConfig(sources={"t": str(tmp_path / "tiny")}, block=8, global_batch_size=2)
