@@ -6,6 +6,7 @@ so a failed conversion leaves no manifest (the output never opens as a complete 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -49,6 +50,24 @@ def _add(writer: CorpusWriter, tokens: Any, where: str) -> None:
         writer.add(tokens)
     except (ValueError, TypeError) as err:
         raise type(err)(f"{where}: {err}") from err
+
+
+@contextlib.contextmanager
+def _writing(
+    out: PathLike,
+    overwrite: bool,
+    options: dict[str, Any],
+    *,
+    total: int,
+    unit: str,
+    progress: bool,
+) -> Iterator[tuple[CorpusWriter, tqdm.tqdm]]:
+    """A ``CorpusWriter`` at ``out`` and a progress bar over ``total`` ``unit``s."""
+    with (
+        CorpusWriter(out, overwrite=overwrite, **options) as writer,
+        tqdm.tqdm(total=total, unit=unit, unit_scale=True, disable=not progress) as bar,
+    ):
+        yield writer, bar
 
 
 def _load_npy(path: Path) -> np.ndarray:
@@ -97,9 +116,9 @@ def convert_npy(
     arrays = [(path, _load_npy(path)) for path in _input_files(paths, (".npy",))]
     total = sum(a.size for _, a in arrays)
     options = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, shard_tokens=shard_tokens)
-    with (
-        CorpusWriter(out, overwrite=overwrite, **options) as writer,  # type: ignore[arg-type]
-        tqdm.tqdm(total=total, unit="tok", unit_scale=True, disable=not progress) as bar,
+    with _writing(out, overwrite, options, total=total, unit="tok", progress=progress) as (
+        writer,
+        bar,
     ):
         for path, array in arrays:
             rows = array[None] if array.ndim == 1 else array
@@ -145,9 +164,9 @@ def convert_jsonl(
     files = _input_files(paths, (".jsonl", ".jsonl.gz"))
     total = sum(f.stat().st_size for f in files)
     options = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, shard_tokens=shard_tokens)
-    with (
-        CorpusWriter(out, overwrite=overwrite, **options) as writer,  # type: ignore[arg-type]
-        tqdm.tqdm(total=total, unit="B", unit_scale=True, disable=not progress) as bar,
+    with _writing(out, overwrite, options, total=total, unit="B", progress=progress) as (
+        writer,
+        bar,
     ):
         for path in files:
             for lineno, line in _jsonl_lines(path):
@@ -218,9 +237,9 @@ def convert_corpus(
         eos_id=src.eos_id if eos_id is None else eos_id,
         shard_tokens=shard_tokens,
     )
-    with (
-        CorpusWriter(out, overwrite=overwrite, **options) as writer,  # type: ignore[arg-type]
-        tqdm.tqdm(total=src.num_tokens, unit="tok", unit_scale=True, disable=not progress) as bar,
+    with _writing(out, overwrite, options, total=src.num_tokens, unit="tok", progress=progress) as (
+        writer,
+        bar,
     ):
         for i in range(len(src)):
             doc = src[i]
