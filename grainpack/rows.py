@@ -28,12 +28,18 @@ from grainpack.plan import Spans
 
 
 class StreamReader(Protocol):
-    """What row assembly needs from a source: document offsets and a stream read."""
+    """What row assembly needs from a source (``TokenShardSource`` is one): document offsets,
+    the token dtype and a many-span stream read."""
 
     @property
     def offsets(self) -> np.ndarray: ...
 
-    def read_into(self, out: np.ndarray, start: int) -> None: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    def read_spans(
+        self, out: np.ndarray, at: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+    ) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,17 +83,19 @@ def pack_rows(
     """
     width = block + 1
     ids = [pad_id] if boundary_id is None else [pad_id, boundary_id]
-    small = all(getattr(p.reader, "dtype", None) == np.uint16 for p in parts) and max(ids) < 65536
+    small = all(p.reader.dtype == np.uint16 for p in parts) and max(ids) < 65536
     tokens = np.empty((num_rows, width), dtype=np.uint16 if small else np.int32)
     flat = tokens.reshape(-1)
     filled = np.zeros(num_rows, dtype=np.int64)
-    at, stream, rank, which = [], [], [], []  # per span: flat position in ``tokens``, ...
+    # per part, per span: flat position in ``tokens``, stream position, segment id (1, 2, ...
+    # within its row), reader
+    at, stream, ranks, which = [], [], [], []
     for k, part in enumerate(parts):
         spans = part.spans
         filled[part.destination] = spans.filled
         at.append(part.destination[spans.row] * width + spans.offset)
         stream.append(part.reader.offsets[spans.document] + spans.start)
-        rank.append(np.arange(1, len(spans.row) + 1) - np.searchsorted(spans.row, spans.row))
+        ranks.append(np.arange(1, len(spans.row) + 1) - np.searchsorted(spans.row, spans.row))
         which.append(np.full(len(spans.row), k))
     length = np.concatenate([p.spans.length for p in parts] or [np.zeros(0, np.int64)])
     boundary = np.concatenate([p.spans.boundary for p in parts] or [np.zeros(0, bool)])
@@ -106,11 +114,11 @@ def pack_rows(
     row, offset = np.divmod(at[order], width)
     start = (row * block + np.minimum(offset, block)).astype(np.int32)  # the inputs' grid
     count = np.diff(start, append=np.int32(num_rows * block))
-    rank = np.concatenate([*rank, np.zeros(len(short), dtype=np.int64)])[order]
+    rank = np.concatenate([*ranks, np.zeros(len(short), dtype=np.int64)])[order]
     packed = {"tokens": tokens, "filled": filled, "start": start, "count": count}
     packed["segment"] = rank.astype(np.int32)
     if provenance:
-        packed.update(_provenance(parts, num_rows, width))
+        packed.update(_provenance(parts, ranks, num_rows, width))
     return packed
 
 
@@ -195,34 +203,27 @@ def _read(
             length = np.add.reduceat(length, heads)
     for k, reader in enumerate(readers):
         mine = slice(None) if len(readers) == 1 else which == k
-        read_spans = getattr(reader, "read_spans", None)
-        if read_spans is not None:  # TokenShardSource: one call for all spans
-            read_spans(flat, at[mine], stream[mine], length[mine])
-            continue
-        for a, s, n in zip(at[mine].tolist(), stream[mine].tolist(), length[mine].tolist()):
-            if n:
-                reader.read_into(flat[a : a + n], s)
+        reader.read_spans(flat, at[mine], stream[mine], length[mine])
 
 
-def _provenance(parts: Sequence[Part], num_rows: int, width: int) -> dict[str, np.ndarray]:
-    """Per row: source and epoch; per segment ``k`` (segment id ``k + 1``): document id and
-    the offset of the segment's first token inside the document (-1 where absent). Tables
-    are ``width`` (``block + 1``, the most segments a row can hold) wide, so every batch
-    has the same shapes."""
+def _provenance(
+    parts: Sequence[Part], ranks: Sequence[np.ndarray], num_rows: int, width: int
+) -> dict[str, np.ndarray]:
+    """Per row: source and epoch; per segment ``k`` (segment id ``k + 1``, the span's rank in
+    ``ranks``): document id and the offset of the segment's first token inside the document
+    (-1 where absent). Tables are ``width`` (``block + 1``, the most segments a row can
+    hold) wide, so every batch has the same shapes."""
     source = np.full(num_rows, -1, dtype=np.int32)
     epoch = np.full(num_rows, -1, dtype=np.int64)
-    per_row = [np.bincount(p.spans.row, minlength=len(p.destination)) for p in parts]
     document = np.full((num_rows, width), -1, dtype=np.int64)
     offset = np.full((num_rows, width), -1, dtype=np.int64)
-    for part, counts in zip(parts, per_row):
+    for part, rank in zip(parts, ranks):
         source[part.destination] = part.source_index
         epoch[part.destination] = part.epoch
         spans = part.spans
-        first = np.cumsum(counts) - counts
-        k = np.arange(len(spans.row)) - first[spans.row]
         rows = part.destination[spans.row]
-        document[rows, k] = spans.document
-        offset[rows, k] = spans.start
+        document[rows, rank - 1] = spans.document
+        offset[rows, rank - 1] = spans.start
     return {
         "source": source,
         "epoch": epoch,

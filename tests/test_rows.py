@@ -17,8 +17,11 @@ class ListReader:
         self.stream = np.concatenate(docs)
         self.offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
 
-    def read_into(self, out, start):
-        out[:] = self.stream[start : start + len(out)]
+    dtype = np.dtype(np.int64)
+
+    def read_spans(self, out, at, starts, lengths):
+        for a, s, n in zip(at, starts, lengths):
+            out[a : a + n] = self.stream[s : s + n]
 
 
 def assemble_rows(parts, **options):
