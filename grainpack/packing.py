@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from grainpack.checks import check_int
+from grainpack.plan import stream_plan
 
-__all__ = ["PackedCorpus", "num_packed_rows", "pack_documents", "packed_length"]
+__all__ = ["PackedCorpus", "pack_documents"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -39,30 +40,6 @@ class PackedCorpus:
         efficient in a log.
         """
         return self.real_tokens / self.total_tokens if self.total_tokens else 0.0
-
-
-def packed_length(lengths: np.ndarray | Sequence[int], *, with_boundary: bool) -> int:
-    """Tokens in the packed stream of documents of these lengths (boundaries between them).
-
-    Example:
-        >>> packed_length([3, 0, 2], with_boundary=True)
-        7
-    """
-    lens = np.asarray(lengths, dtype=np.int64)
-    total = int(lens.sum())
-    return total + (max(lens.size - 1, 0) if with_boundary else 0)
-
-
-def num_packed_rows(stream_tokens: int, block: int) -> int:
-    """Rows ``ceil(stream_tokens / (block + 1))`` that :func:`pack_documents` produces.
-
-    Example:
-        >>> num_packed_rows(7, 3), num_packed_rows(8, 3), num_packed_rows(0, 3)
-        (2, 2, 0)
-    """
-    stream_tokens = check_int("stream_tokens", stream_tokens, minimum=0)
-    block = check_int("block", block, minimum=1)
-    return -(-stream_tokens // (block + 1))
 
 
 def _is_source(documents: Any) -> bool:
@@ -131,14 +108,10 @@ def pack_documents(
         lens = np.array([d.size for d in docs], dtype=np.int64)
         starts = None
 
-    sep = 0 if boundary_id is None else 1
-    real = packed_length(lens, with_boundary=boundary_id is not None)
-    num_rows = num_packed_rows(real, block)
+    plan = stream_plan(lens, None, boundary=boundary_id is not None)
+    real, num_rows = plan.total, plan.num_rows(block)
     flat = np.full(num_rows * (block + 1), pad_id, dtype=np.int64)
-    # Start of document k in the stream: previous lengths plus one boundary per previous doc.
-    pos = np.zeros(idx.size, dtype=np.int64)
-    if idx.size:
-        np.cumsum(lens[:-1] + sep, out=pos[1:])
+    pos = plan.bounds[:-1]  # stream start of document k (its boundary token ends at pos[k+1])
     if boundary_id is not None and idx.size > 1:
         flat[pos[1:] - 1] = boundary_id
     for k in range(idx.size):

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grainpack.packing import PackedCorpus, num_packed_rows, pack_documents, packed_length
+from grainpack.packing import PackedCorpus, pack_documents
+from grainpack.plan import stream_plan
 from grainpack.writer import write_corpus
 
 DOCS = [np.array([1, 2, 3]), np.array([4, 5]), np.array([6]), np.array([7, 8, 9, 10])]
@@ -110,14 +111,15 @@ def test_pack_documents_rows_are_the_joined_stream(docs, block, boundary, data):
     assert flat[len(stream) :] == [0] * (len(flat) - len(stream))  # padding only at the end
     assert len(flat) - len(stream) < block + 1  # ... and within the final row
     assert packed.real_tokens == len(stream)
-    assert packed.rows.shape == (num_packed_rows(len(stream), block), block + 1)
+    assert packed.rows.shape == (-(-len(stream) // (block + 1)), block + 1)
 
 
-def test_packed_length_and_num_packed_rows_golden():
-    assert packed_length([3, 2, 1, 4], with_boundary=False) == 10
-    assert packed_length([3, 2, 1, 4], with_boundary=True) == 13
-    assert packed_length([], with_boundary=True) == 0
-    assert [num_packed_rows(n, 3) for n in (0, 1, 4, 5, 13)] == [0, 1, 1, 2, 4]
+def test_stream_length_and_row_count_golden():
+    assert stream_plan([3, 2, 1, 4], None, boundary=False).total == 10
+    assert stream_plan([3, 2, 1, 4], None, boundary=True).total == 13
+    assert stream_plan([], None, boundary=True).total == 0
+    rows = [stream_plan([n], None, boundary=False).num_rows(3) for n in (0, 1, 4, 5, 13)]
+    assert rows == [0, 1, 1, 2, 4]
 
 
 def test_packed_corpus_efficiency_property():
