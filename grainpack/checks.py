@@ -9,6 +9,11 @@ from collections.abc import Sequence
 import numpy as np
 
 
+def is_int(value: object) -> bool:
+    """A Python ``int`` that is not a ``bool`` (as JSON manifests and options hold them)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def check_int(name: str, value: object, minimum: int | None = 0) -> int:
     """Returns ``value`` as an int, or raises ``TypeError``/``ValueError`` naming it.
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from grainpack.checks import is_int
 from grainpack.formats import open_megatron, open_seed_layout
 from grainpack.source import CorpusError, CorpusNotFoundError, ShardRecord, TokenShardSource
 
@@ -46,10 +47,6 @@ DTYPES = ("uint16", "uint32")
 _SHARD_FILE = re.compile(r"(tokens|offsets)-\d{5,}\.bin")
 
 PathLike = str | os.PathLike[str]
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _plain(value: Any) -> Any:
@@ -74,7 +71,7 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
     if m.get("dtype") not in DTYPES:
         problems.append(f"dtype={m.get('dtype')!r} (expected 'uint16' or 'uint32')")
     for key in ("vocab_size", "eos_id"):
-        if key not in m or not (m[key] is None or (_is_int(m[key]) and m[key] >= 0)):
+        if key not in m or not (m[key] is None or (is_int(m[key]) and m[key] >= 0)):
             problems.append(
                 f"{key}={m.get(key, '<missing>')!r} (expected a non-negative int or null)"
             )
@@ -92,7 +89,7 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
             if not isinstance(name, str) or not name or Path(name).name != name or name[0] == ".":
                 problems.append(f"shards[{i}].{key}={name!r} (expected a plain file name)")
         for key in totals:
-            if _is_int(s.get(key)) and s[key] >= 0:
+            if is_int(s.get(key)) and s[key] >= 0:
                 totals[key] += s[key]
             else:
                 problems.append(f"shards[{i}].{key}={s.get(key)!r} (expected an int >= 0)")
@@ -197,7 +194,7 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
         (2, 3, [2, 3])
     """
     eos_id = _plain(eos_id)
-    if eos_id is not None and (not _is_int(eos_id) or eos_id < 0):
+    if eos_id is not None and (not is_int(eos_id) or eos_id < 0):
         raise ValueError(f"eos_id must be a non-negative int or None, got {eos_id=}")
     p = Path(path)
     if p.is_dir():

@@ -14,16 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from grainpack.checks import is_int
 from grainpack.source import CorpusError, ShardRecord, TokenShardSource
 
 _MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
 _MEGATRON_HEADER = 34
 # peers.md §1.1; codes 6 (float64) and 7 (float32) are not token ids.
 _MEGATRON_DTYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 8: "uint16"}
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def open_seed_layout(path: Path, *, eos_id: int | None = None) -> TokenShardSource:
@@ -37,7 +34,7 @@ def open_seed_layout(path: Path, *, eos_id: int | None = None) -> TokenShardSour
         index = json.loads(raw)
     except json.JSONDecodeError as err:
         raise CorpusError(f"{path / 'index.json'}: not valid JSON ({err})") from err
-    if not isinstance(index, dict) or not all(_is_int(n) and n >= 0 for n in index.values()):
+    if not isinstance(index, dict) or not all(is_int(n) and n >= 0 for n in index.values()):
         raise CorpusError(
             f"{path / 'index.json'}: expected an object mapping shard file name -> "
             "token count (int >= 0)"

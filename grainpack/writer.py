@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from grainpack.checks import is_int
 from grainpack.corpus import (
     _SHARD_FILE,
     DTYPES,
@@ -25,7 +26,6 @@ from grainpack.corpus import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     PathLike,
-    _is_int,
     _plain,
     open_corpus,
 )
@@ -52,15 +52,15 @@ def _check_options(
     if name not in DTYPES:
         raise ValueError(f"dtype must be 'uint16' or 'uint32', got {dtype=}")
     limit = int(np.iinfo(name).max) + 1
-    if vocab_size is not None and (not _is_int(vocab_size) or not 0 < vocab_size <= limit):
-        fix = "; use dtype='uint32'" if name == "uint16" and _is_int(vocab_size) else ""
+    if vocab_size is not None and (not is_int(vocab_size) or not 0 < vocab_size <= limit):
+        fix = "; use dtype='uint32'" if name == "uint16" and is_int(vocab_size) else ""
         raise ValueError(
             f"vocab_size must be an int in [1, {limit}] for {name}, got {vocab_size=}{fix}"
         )
     bound = limit if vocab_size is None else vocab_size
-    if eos_id is not None and (not _is_int(eos_id) or not 0 <= eos_id < bound):
+    if eos_id is not None and (not is_int(eos_id) or not 0 <= eos_id < bound):
         raise ValueError(f"eos_id must be an int in [0, {bound}) (dtype/vocab_size), got {eos_id=}")
-    if not _is_int(shard_tokens) or shard_tokens < 1:
+    if not is_int(shard_tokens) or shard_tokens < 1:
         raise ValueError(f"shard_tokens must be a positive int, got {shard_tokens=}")
     return np.dtype(name).newbyteorder("<")
 
