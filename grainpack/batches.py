@@ -20,11 +20,13 @@ from grainpack.config import PipelineConfig
 from grainpack.corpus import open_corpus
 from grainpack.mixing import SlotMixer
 from grainpack.plan import SourceRows
-from grainpack.rows import Part, expand_rows, pack_rows, split_rows
+from grainpack.rows import Part, RowReader, expand_rows, pack_rows
 from grainpack.source import TokenShardSource
 
 FORMAT_VERSION = 1
-CHUNK_STEPS = 16  # steps per Grain element: amortises Grain's per-element cost and index math
+# One Grain element plans about CHUNK_TOKENS tokens in whole steps, at most CHUNK_STEPS:
+# amortises Grain's per-element cost and the index math's per-call cost over many batches.
+CHUNK_TOKENS, CHUNK_STEPS = 1 << 21, 128
 
 
 class PipelineBatches:
@@ -172,20 +174,26 @@ class PipelineBatches:
         self, step: int, process_index: int, process_count: int | None = None
     ) -> dict[str, np.ndarray]:
         """Process ``process_index``'s rows of global batch ``step``."""
-        return expand_rows(self.packed_steps(step, process_index, process_count)[0])
+        packed = self.packed_steps(step, process_index, process_count)
+        return expand_rows(packed, self.reader(packed).read(0, len(packed["filled"])))
 
-    @property
+    @functools.cached_property
     def chunk_steps(self) -> int:
-        """Steps per Grain element of :func:`~grainpack.make_dataset`: ``CHUNK_STEPS``, or 1
-        with a ``sequence_selector`` (a curriculum bandit decides epochs online, so batches
-        are not computed ahead of the training loop's updates)."""
-        return CHUNK_STEPS if self.config.sequence_selector is None else 1
+        """Steps per Grain element of :func:`~grainpack.make_dataset`: as many as hold about
+        ``CHUNK_TOKENS`` tokens (1 to ``CHUNK_STEPS``), or 1 with a ``sequence_selector`` (a curriculum bandit
+        decides epochs online, so batches are not planned ahead of the training loop's
+        updates)."""
+        if self.config.sequence_selector is not None:
+            return 1
+        rows = self.config.global_batch_size // self.process_count
+        return min(max(1, CHUNK_TOKENS // (rows * (self.config.block + 1))), CHUNK_STEPS)
 
     def packed_steps(
         self, step: int, process_index: int, process_count: int | None = None, *, steps: int = 1
-    ) -> list[dict[str, np.ndarray]]:
-        """Steps ``[step, step + steps)`` of one process, packed in one pass: one mixer
-        draw, one span lookup per (source, epoch) and one ``pack_rows`` for all their rows."""
+    ) -> dict[str, np.ndarray]:
+        """The row layout and read table (:func:`~grainpack.rows.pack_rows`; index math, no
+        tokens) of steps ``[step, step + steps)`` of one process, rows in step order: one
+        mixer draw and one span lookup per (source, epoch) for all of them."""
         count = self.process_count if process_count is None else process_count
         size = self.config.global_batch_size
         local = process_index + count * np.arange(size // count, dtype=np.int64)
@@ -204,7 +212,7 @@ class PipelineBatches:
             for j in np.unique(sources).tolist():
                 sel = sources == j
                 epochs[sel], rows[sel] = self.rows(j).locate(occurrences[sel])
-        return split_rows(self._pack(len(slots), valid, sources, epochs, rows), steps)
+        return self._pack(len(slots), valid, sources, epochs, rows)
 
     def _pack(
         self,
@@ -224,7 +232,13 @@ class PipelineBatches:
             parts,
             num_rows=num_rows,
             block=cfg.block,
-            pad_id=cfg.pad_id,
-            boundary_id=cfg.boundary_id,
+            boundary=cfg.boundary_id is not None,
             provenance=cfg.provenance,
+        )
+
+    def reader(self, packed: dict[str, np.ndarray]) -> RowReader:
+        """Reads the tokens of rows planned by :meth:`packed_steps`."""
+        cfg = self.config
+        return RowReader(
+            packed, self.sources, block=cfg.block, pad_id=cfg.pad_id, boundary_id=cfg.boundary_id
         )

@@ -1,16 +1,17 @@
 """Grain entry points: ``make_dataset``, ``make_data_loader``, ``make_eval_dataset``.
 
-One Grain element is ``chunk_steps`` (16) per-process batches, packed as tokens plus a
-compact row layout (Grain's per-element bookkeeping costs tens of microseconds, a
-2049-token row about one to copy, and a worker sends about two bytes per token); the
-iterator expands them into model arrays one batch at a time. The iterator's state is the
+One Grain element is the plan of ``chunk_steps`` per-process batches (about 2M tokens): row
+layouts and read tables, index math only (Grain's per-element bookkeeping costs tens of
+microseconds). The iterator reads the tokens of a chunk from its own memory maps, one
+``b"".join`` of views, and expands them into model arrays one batch at a time; worker
+processes, when used, only plan, since sending tokens between processes costs more than
+reading them again from the page cache. The iterator's state is the
 global step plus identity checks, so a checkpoint is an index: it restores exactly, with any
 worker count and on any process count (the global batches do not depend on either).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
 import sys
@@ -24,7 +25,7 @@ from absl import flags
 from grainpack.batches import FORMAT_VERSION, PipelineBatches
 from grainpack.checks import check_int
 from grainpack.config import PipelineConfig
-from grainpack.rows import expand_rows
+from grainpack.rows import RowReader, expand_rows
 
 STATE_KEYS = ("version", "step", "process_index", "process_count", "fingerprint", "digest")
 READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
@@ -91,15 +92,16 @@ class PipelineDataset(grain.IterDataset):
         return f"PipelineDataset({self.batches!r}, process_index={self.options.process_index})"
 
 
-# Worker processes send packed chunks (about 2 bytes per token) pickled: one shared-memory
-# segment per array costs more than the copy at these sizes.
+# Worker processes send plans (kilobytes per chunk) pickled: one shared-memory segment
+# per array costs more than the copy at these sizes.
 _PICKLE_ARRAYS = grain.experimental.DatasetOptions(min_shm_size=1 << 30)
 
 
 @dataclasses.dataclass(frozen=True)
-class _PackedChunks:
-    """Grain data source of one process's steps, ``chunk_steps`` per record: record ``c`` is
-    steps ``first + c * chunk_steps, ...`` packed (tokens and a compact row layout)."""
+class _PlannedChunks:
+    """Grain data source of one process's steps, ``chunk_steps`` per record: record ``c``
+    is the plan (row layout and read table, no tokens) of steps ``first + c * chunk_steps``
+    onwards."""
 
     batches: PipelineBatches
     first: int
@@ -108,7 +110,7 @@ class _PackedChunks:
     def __len__(self) -> int:
         return sys.maxsize
 
-    def __getitem__(self, record: int) -> list[dict[str, np.ndarray]]:
+    def __getitem__(self, record: int) -> dict[str, np.ndarray]:
         steps = self.batches.chunk_steps
         return self.batches.packed_steps(
             self.first + record * steps, self.process_index, steps=steps
@@ -116,15 +118,23 @@ class _PackedChunks:
 
 
 class _Expanded:
-    """Consumer side of :class:`_PackedChunks`: one batch of model arrays per ``next``."""
+    """Consumer side of :class:`_PlannedChunks`: reads a chunk's tokens, then yields one
+    batch of model arrays per ``next``."""
 
-    def __init__(self, chunks: Any) -> None:
-        self.chunks, self.pending = chunks, collections.deque()
+    def __init__(self, chunks: Any, batches: PipelineBatches) -> None:
+        self.chunks, self.batches = chunks, batches
+        self.rows = batches.config.global_batch_size // batches.process_count
+        self.chunk: dict[str, np.ndarray] = {"filled": np.zeros(0)}
+        self.reader: RowReader | None = None
+        self.next_row = 0
 
     def __next__(self) -> dict[str, np.ndarray]:
-        if not self.pending:
-            self.pending.extend(next(self.chunks))
-        return expand_rows(self.pending.popleft())
+        if self.next_row == len(self.chunk["filled"]):
+            self.chunk, self.next_row = next(self.chunks), 0
+            self.reader = self.batches.reader(self.chunk)
+        first = self.next_row
+        self.next_row += self.rows
+        return expand_rows(self.chunk, self.reader.read(first, self.next_row), first=first)
 
     def start_prefetch(self) -> None:
         self.chunks.start_prefetch()
@@ -157,7 +167,7 @@ class PipelineIterator(grain.DatasetIterator):
 
     def _open(self) -> Any:
         if self._inner is None:
-            chunks = _PackedChunks(self._batches, self._step, self._options.process_index)
+            chunks = _PlannedChunks(self._batches, self._step, self._options.process_index)
             ds = grain.MapDataset.source(chunks).to_iter_dataset(READ_OPTIONS)
             if self._options.worker_count:
                 _absl_flags_parsed()
@@ -168,7 +178,7 @@ class PipelineIterator(grain.DatasetIterator):
                         per_worker_buffer_size=self._options.worker_buffer_size,
                     )
                 )
-            self._inner = _Expanded(iter(ds))
+            self._inner = _Expanded(iter(ds), self._batches)
         return self._inner
 
     def __next__(self) -> dict[str, np.ndarray]:
@@ -262,7 +272,8 @@ def make_dataset(
       process_count: processes sharing each global batch (default ``jax.process_count()``).
       worker_count: Grain worker processes producing batches (0: in this process). The
         batches and the checkpoint state do not depend on it.
-      worker_buffer_size: Grain elements (of 16 batches) each worker prepares ahead.
+      worker_buffer_size: Grain elements (plans of about 2M tokens) each worker prepares
+        ahead.
       ignore_fingerprint_mismatch: accept restoring a state saved with another config.
       evaluation: instead of the training stream, the finite evaluation pass of
         :func:`make_eval_dataset` over the source of that name (``True``: the only source).

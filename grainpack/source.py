@@ -20,7 +20,16 @@ OffsetsKind = Literal["file", "lengths", "eos", "whole"]
 # Scans (eos splitting) touch at most this many tokens at once: 16M tokens = 32-64 MB.
 SCAN_CHUNK_TOKENS = 1 << 24
 
-_TRANSIENT = ("_maps", "_offsets", "_lengths", "_starts", "_starts_list", "_lock", "_num_docs")
+_TRANSIENT = (
+    "_maps",
+    "_buffers",
+    "_offsets",
+    "_lengths",
+    "_starts",
+    "_starts_list",
+    "_lock",
+    "_num_docs",
+)
 
 
 class CorpusError(ValueError):
@@ -174,6 +183,7 @@ class TokenShardSource:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._maps: list[np.ndarray | None] = [None] * len(self._shards)
+        self._buffers: list[memoryview | None] = [None] * len(self._shards)
         self._offsets: np.ndarray | None = None
         self._lengths: np.ndarray | None = None
         starts = [0]
@@ -339,33 +349,47 @@ class TokenShardSource:
                 pos += take
             k += 1
 
-    def read_spans(
-        self, out: np.ndarray, at: np.ndarray, starts: np.ndarray, lengths: np.ndarray
-    ) -> None:
-        """``out[at[k]:at[k] + lengths[k]] = stream[starts[k]:starts[k] + lengths[k]]`` for
-        every ``k``: :meth:`read_into` for many spans, with one bounds check and one shard
-        lookup for all of them (the fast path of row assembly).
+    def stream_views(self, starts: np.ndarray, stops: np.ndarray) -> list[memoryview | bytes]:
+        """Stream ranges ``[starts[k], stops[k])`` as buffers of :attr:`dtype`, in order.
+
+        Ranges inside one shard are zero-copy views of its mapping; a range crossing shards is
+        a copy. ``b"".join`` of the list gathers every range in one C loop, the fast path of
+        row assembly (a numpy slice assignment per range costs several times more).
 
         Raises:
-            IndexError: A span leaves ``[0, num_tokens]``.
+            IndexError: A range leaves ``[0, num_tokens]`` or is reversed.
+
+        Example:
+            >>> import tempfile
+            >>> from grainpack.writer import write_corpus
+            >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2, 3], [4, 5]], shard_tokens=3)
+            >>> data = b"".join(src.stream_views(np.array([4, 1]), np.array([5, 4])))
+            >>> np.frombuffer(data, src.dtype).tolist()
+            [5, 2, 3, 4]
         """
         starts = np.asarray(starts, dtype=np.int64)
-        lengths = np.asarray(lengths, dtype=np.int64)
-        ends = starts + lengths
+        stops = np.asarray(stops, dtype=np.int64)
         total = self._starts_list[-1]
-        if len(starts) and (starts.min() < 0 or lengths.min() < 0 or ends.max() > total):
-            raise IndexError(f"spans must lie in [0, {total}]; read within num_tokens")
+        if len(starts) and (starts.min() < 0 or (stops - starts).min() < 0 or stops.max() > total):
+            raise IndexError(f"ranges must lie in [0, {total}] in order; read within num_tokens")
         shard = np.searchsorted(self._starts, starts, side="right") - 1
-        np.minimum(shard, len(self._shards) - 1, out=shard)  # empty spans at the very end
-        local = starts - self._starts[shard]
-        crosses = ends > self._starts[shard + 1]
-        maps = {k: self._shard(k) for k in set(shard.tolist())}
-        spans = zip(at.tolist(), shard.tolist(), local.tolist(), lengths.tolist())
-        for (a, k, s, n), cross in zip(spans, crosses.tolist()):
-            if cross:
-                self.read_into(out[a : a + n], s + self._starts_list[k])
-            elif n:
-                out[a : a + n] = maps[k][s : s + n]
+        np.minimum(shard, len(self._shards) - 1, out=shard)  # empty ranges at the very end
+        base = self._starts[shard]
+        shards = shard.tolist()
+        buffers = self._buffers
+        for k in set(shards):
+            if buffers[k] is None:
+                buffers[k] = memoryview(self._shard(k))
+        views = list(
+            map(
+                operator.getitem,
+                map(buffers.__getitem__, shards),
+                map(slice, (starts - base).tolist(), (stops - base).tolist()),
+            )
+        )
+        for k in np.flatnonzero(stops > self._starts[shard + 1]).tolist():  # crosses shards
+            views[k] = self.read_tokens(int(starts[k]), int(stops[k])).tobytes()
+        return views
 
     def read_tokens(self, start: int, stop: int) -> np.ndarray:
         """Returns a copy of stream tokens ``[start, stop)`` (may cross shards)."""

@@ -7,25 +7,29 @@ import pytest
 
 import grainpack as gp
 from grainpack.plan import row_spans, stream_plan
-from grainpack.rows import Part, expand_rows, pack_rows
+from grainpack.rows import Part, RowReader, expand_rows, pack_rows
 
 
 class ListReader:
-    """A stream reader over a list of documents (what pack_rows needs)."""
+    """A stream reader over a list of documents (what row assembly needs)."""
 
-    def __init__(self, docs):
-        self.stream = np.concatenate(docs)
+    def __init__(self, docs, dtype=np.int64):
+        self.stream = np.concatenate(docs).astype(dtype)
         self.offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
+        self.dtype = np.dtype(dtype)
 
-    dtype = np.dtype(np.int64)
-
-    def read_spans(self, out, at, starts, lengths):
-        for a, s, n in zip(at, starts, lengths):
-            out[a : a + n] = self.stream[s : s + n]
+    def stream_views(self, starts, stops):
+        return [self.stream[a:b] for a, b in zip(starts, stops)]
 
 
-def assemble_rows(parts, **options):
-    return expand_rows(pack_rows(parts, **options))
+def assemble_rows(parts, *, num_rows, block, pad_id, boundary_id, provenance=False):
+    packed = pack_rows(
+        parts, num_rows=num_rows, block=block, boundary=boundary_id is not None,
+        provenance=provenance,
+    )  # fmt: skip
+    readers = {p.source_index: p.reader for p in parts}
+    reader = RowReader(packed, readers, block=block, pad_id=pad_id, boundary_id=boundary_id)
+    return expand_rows(packed, reader.read(0, num_rows))
 
 
 def test_assemble_rows_golden_with_boundaries_and_padding_row():

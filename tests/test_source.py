@@ -93,14 +93,18 @@ def test_source_read_into_any_int_dtype(src):
         src.read_into([0, 0], 0)
 
 
-def test_source_read_spans_many_at_once_across_shards(src):
-    out = np.full(12, -1, np.int32)
+def test_source_stream_views_zero_copy_inside_shards_copy_across(src):
     # stream: 1 2 3 | 4 5 6 7 8 | 9 10 11  (shards of 3, 5, 3 tokens)
-    src.read_spans(out, np.array([0, 2, 6, 9, 11]), np.array([1, 6, 10, 11, 0]),
-                   np.array([2, 4, 1, 0, 0]))  # fmt: skip
-    assert out.tolist() == [2, 3, 7, 8, 9, 10, 11, -1, -1, -1, -1, -1]
-    with pytest.raises(IndexError, match=r"spans must lie in \[0, 11\]"):
-        src.read_spans(out, np.array([0]), np.array([9]), np.array([3]))
+    views = src.stream_views(np.array([1, 6, 2, 11, 0]), np.array([3, 10, 6, 11, 0]))
+    assert [np.frombuffer(v, src.dtype).tolist() for v in views] == [
+        [2, 3], [7, 8, 9, 10], [3, 4, 5, 6], [], []
+    ]
+    assert [type(v) for v in views] == [memoryview, bytes, bytes, memoryview, memoryview]
+    assert views[0].obj is not None and not views[0].obj.flags.owndata  # a view of the map
+    with pytest.raises(IndexError, match=r"ranges must lie in \[0, 11\]"):
+        src.stream_views(np.array([9]), np.array([12]))
+    with pytest.raises(IndexError, match="in order"):
+        src.stream_views(np.array([5]), np.array([4]))
 
 
 def test_source_read_into_uint32_corpus(tmp_path):
