@@ -180,9 +180,9 @@ class PipelineBatches:
     @functools.cached_property
     def chunk_steps(self) -> int:
         """Steps per Grain element of :func:`~grainpack.make_dataset`: as many as hold about
-        ``CHUNK_TOKENS`` tokens (1 to ``CHUNK_STEPS``), or 1 with a ``sequence_selector`` (a curriculum bandit
-        decides epochs online, so batches are not planned ahead of the training loop's
-        updates)."""
+        ``CHUNK_TOKENS`` tokens (1 to ``CHUNK_STEPS``), or 1 with a ``sequence_selector`` (a
+        curriculum bandit decides epochs online, so batches are not planned ahead of the
+        training loop's updates)."""
         if self.config.sequence_selector is not None:
             return 1
         rows = self.config.global_batch_size // self.process_count

@@ -27,8 +27,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import operator
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -36,16 +37,20 @@ from grainpack.plan import Spans
 
 
 class StreamReader(Protocol):
-    """What row assembly needs from a source (``TokenShardSource`` is one): document offsets,
-    the token dtype and the stream ranges as buffers."""
+    """What row assembly needs from a source (``TokenShardSource`` is one): document offsets
+    and shard starts in the token stream, the token dtype and each shard's tokens as a
+    buffer."""
 
     @property
     def offsets(self) -> np.ndarray: ...
 
     @property
+    def shard_starts(self) -> np.ndarray: ...
+
+    @property
     def dtype(self) -> np.dtype: ...
 
-    def stream_views(self, starts: np.ndarray, stops: np.ndarray) -> Sequence[object]: ...
+    def shard_view(self, shard: int) -> memoryview: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +102,7 @@ def pack_rows(
 
     Example:
       >>> from grainpack.plan import row_spans, stream_plan
-      >>> class Reader: offsets = np.array([0, 3, 5])
+      >>> class Reader: offsets, shard_starts = np.array([0, 3, 5]), np.array([0, 5])
       >>> spans = row_spans(stream_plan(np.array([3, 2]), None, boundary=True), [0], block=4)
       >>> packed = pack_rows([Part(0, 0, Reader(), spans, np.array([0]))], num_rows=1,
       ...                    block=4, boundary=True)
@@ -143,14 +148,59 @@ def pack_rows(
     packed["segment"] = rank[np.minimum(layout, n_spans)].astype(np.int32)
     # Read table: spans, loose boundary tokens and padding runs, in token order.
     constant = np.full(n_loose + n_pads, CONSTANT)
-    packed["read_source"] = np.concatenate([source, constant])[order].astype(np.int32)
     lo = np.concatenate([first, np.full(n_loose, width), np.zeros(n_pads, np.int64)])
     hi = np.concatenate([last, np.full(n_loose, width + 1), width - filled[short]])
-    packed["read_start"], packed["read_stop"] = lo[order], hi[order]
+    flat = np.concatenate([at, loose, pad_at])
+    table = _read_table(
+        np.concatenate([source, constant])[order],
+        lo[order],
+        hi[order],
+        flat[order] // width,
+        {part.source_index: part.reader.shard_starts for part in parts},
+    )
+    packed.update(zip(_READS, table))
+    packed["row_piece"] = np.searchsorted(start, np.arange(num_rows + 1) * block)
     packed["read_marks"] = np.sort(marks)
     if provenance:
         packed.update(_provenance(parts, ranks, num_rows, width))
     return packed
+
+
+def _read_table(
+    source: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    row: np.ndarray,
+    shard_starts: dict[int, np.ndarray],
+) -> tuple[np.ndarray, ...]:
+    """Pieces ``(source, lo, hi)`` in token order, merged where consecutive in one row and in
+    one source's stream (a window is one piece), then cut at shard ends: returns
+    ``(source, shard, start, stop)`` with shard-local offsets."""
+    if len(source) > 1:
+        joined = (source[1:] == source[:-1]) & (source[1:] != CONSTANT)
+        joined &= (lo[1:] == hi[:-1]) & (row[1:] == row[:-1])
+        if joined.any():
+            heads = np.flatnonzero(np.concatenate([[True], ~joined]))
+            source, lo, hi = source[heads], lo[heads], hi[np.append(heads[1:], len(hi)) - 1]
+    first, last = np.zeros_like(lo), np.zeros_like(lo)
+    for j, starts in shard_starts.items():
+        mine = source == j
+        top = len(starts) - 2
+        first[mine] = np.searchsorted(starts, lo[mine], side="right") - 1
+        end = np.maximum(hi[mine] - 1, lo[mine])
+        last[mine] = np.minimum(np.searchsorted(starts, end, side="right") - 1, top)
+        np.minimum(first, last, out=first)  # empty pieces at the very end of the stream
+    cuts = last - first + 1  # shards each piece touches (1 unless it crosses a shard end)
+    if (cuts > 1).any():
+        piece = np.repeat(np.arange(len(lo)), cuts)
+        first = first[piece] + np.arange(len(piece)) - np.repeat(np.cumsum(cuts) - cuts, cuts)
+        source, lo, hi = source[piece], lo[piece], hi[piece]
+    for j, starts in shard_starts.items():
+        mine = source == j
+        begin, end = starts[first[mine]], starts[first[mine] + 1]
+        lo[mine] = np.maximum(lo[mine], begin) - begin
+        hi[mine] = np.minimum(hi[mine], end) - begin
+    return source.astype(np.int32), first.astype(np.int32), lo, hi
 
 
 def token_dtype(readers: Sequence[StreamReader], ids: Sequence[int]) -> np.dtype:
@@ -183,8 +233,8 @@ class RowReader:
       >>> import tempfile, grainpack as gp
       >>> src = gp.write_corpus(tempfile.mkdtemp(), [[1, 2, 3], [4, 5]])
       >>> packed = {"filled": np.array([5]), "read_source": np.array([0, -1]),
-      ...           "read_start": np.array([1, 0]), "read_stop": np.array([5, 1]),
-      ...           "read_marks": np.array([2])}
+      ...           "read_shard": np.array([0, 0]), "read_start": np.array([1, 0]),
+      ...           "read_stop": np.array([5, 1]), "read_marks": np.array([2])}
       >>> RowReader(packed, [src], block=4, pad_id=0, boundary_id=9).read(0, 1).tolist()
       [[2, 3, 9, 5, 0]]
     """
@@ -199,35 +249,54 @@ class RowReader:
         boundary_id: int | None,
     ) -> None:
         self.width = block + 1
-        source, start, stop = packed["read_source"], packed["read_start"], packed["read_stop"]
+        source, shard = packed["read_source"], packed["read_shard"]
+        start, stop = packed["read_start"], packed["read_stop"]
         used = sorted(set(np.unique(source).tolist()) - {CONSTANT})
         ids = [pad_id] if boundary_id is None else [pad_id, boundary_id]
         self.dtype = token_dtype([readers[j] for j in used], ids)
-        views = {}
-        for j in used:
-            mine = source == j
-            found = readers[j].stream_views(start[mine], stop[mine])
+        # buffer g: shard g - base[j] of source j; the last one holds the constants
+        base = np.cumsum([0, *(len(r.shard_starts) - 1 for r in readers)])
+        index = (base[source] + shard).tolist()
+        buffers: list[Any] = [None] * (int(base[-1]) + 1)
+        for g in set(index) - {len(buffers) - 1}:
+            j = int(np.searchsorted(base, g, side="right")) - 1
+            buffers[g] = readers[j].shard_view(g - int(base[j]))
             if readers[j].dtype != self.dtype:  # mixed token dtypes: convert piece by piece
-                found = [np.frombuffer(v, readers[j].dtype).astype(self.dtype) for v in found]
-            views[j] = iter(found)
+                buffers[g] = _Converted(buffers[g], readers[j].dtype, self.dtype)
         constants = np.full(self.width + 1, pad_id, dtype=self.dtype)
         constants[-1] = pad_id if boundary_id is None else boundary_id
-        mine = source == CONSTANT
-        ranges = map(slice, start[mine].tolist(), stop[mine].tolist())
-        views[CONSTANT] = map(memoryview(constants).__getitem__, ranges)
-        self.views = list(map(next, map(views.__getitem__, source.tolist())))
+        buffers[-1] = memoryview(constants)
+        # Views are made per read: thousands of live memoryviews would wake the cyclic GC.
+        self.buffers, self.index = buffers, index
+        self.start, self.stop = start.tolist(), stop.tolist()
         self.ends = np.cumsum(stop - start).tolist()  # token position after each piece
         self.marks, self.boundary_id = packed["read_marks"], boundary_id
+        rows = np.arange(len(packed["filled"]) + 1) * self.width
+        self.row_marks = np.searchsorted(self.marks, rows).tolist()
 
     def read(self, first: int, stop: int) -> np.ndarray:
         """The tokens ``(stop - first, block + 1)`` of rows ``[first, stop)`` (a new array)."""
         a, b = first * self.width, stop * self.width
-        views = self.views[bisect.bisect_right(self.ends, a) : bisect.bisect_right(self.ends, b)]
+        p0, p1 = bisect.bisect_right(self.ends, a), bisect.bisect_right(self.ends, b)
+        ranges = map(slice, self.start[p0:p1], self.stop[p0:p1])
+        views = map(operator.getitem, map(self.buffers.__getitem__, self.index[p0:p1]), ranges)
         tokens = np.frombuffer(bytearray().join(views), self.dtype)
-        m0, m1 = np.searchsorted(self.marks, (a, b)).tolist()
+        m0, m1 = self.row_marks[first], self.row_marks[stop]
         if m1 > m0:
             tokens[self.marks[m0:m1] - a] = self.boundary_id
         return tokens.reshape(stop - first, self.width)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Converted:
+    """A shard buffer whose slices are converted to another dtype (copies)."""
+
+    view: memoryview
+    source: np.dtype
+    target: np.dtype
+
+    def __getitem__(self, piece: slice) -> np.ndarray:
+        return np.frombuffer(self.view[piece], self.source).astype(self.target)
 
 
 def expand_rows(
@@ -239,7 +308,8 @@ def expand_rows(
     Example:
       >>> tokens = np.array([[5, 6, 7, 8], [9, 0, 0, 0]], dtype=np.uint16)
       >>> packed = {"filled": np.array([4, 1]), "start": np.array([0, 2, 3, 4]),
-      ...           "count": np.array([2, 1, 1, 2]), "segment": np.array([1, 2, 1, 0])}
+      ...           "count": np.array([2, 1, 1, 2]), "segment": np.array([1, 2, 1, 0]),
+      ...           "row_piece": np.array([0, 2, 4])}
       >>> out = expand_rows(packed, tokens)
       >>> out["segment_ids"].tolist(), out["positions"].tolist(), out["loss_mask"].tolist()
       ([[1, 1, 2], [1, 0, 0]], [[0, 1, 0], [0, 0, 0]], [[1, 1, 1], [0, 0, 0]])
@@ -247,7 +317,7 @@ def expand_rows(
       [[1, 0, 0]]
     """
     n, block = tokens.shape[0], tokens.shape[1] - 1
-    lo, hi = np.searchsorted(packed["start"], (first * block, (first + n) * block)).tolist()
+    lo, hi = int(packed["row_piece"][first]), int(packed["row_piece"][first + n])
     count = packed["count"][lo:hi]
     filled = packed["filled"][first : first + n]
     segment_ids = packed["segment"][lo:hi].repeat(count).reshape(n, block)
@@ -271,8 +341,8 @@ def expand_rows(
     return batch
 
 
-_READS = ("read_source", "read_start", "read_stop", "read_marks")
-_PACKED = ("filled", "start", "count", "segment", *_READS)
+_READS = ("read_source", "read_shard", "read_start", "read_stop")
+_PACKED = ("filled", "start", "count", "segment", "row_piece", "read_marks", *_READS)
 
 
 def _provenance(

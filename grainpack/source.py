@@ -349,47 +349,25 @@ class TokenShardSource:
                 pos += take
             k += 1
 
-    def stream_views(self, starts: np.ndarray, stops: np.ndarray) -> list[memoryview | bytes]:
-        """Stream ranges ``[starts[k], stops[k])`` as buffers of :attr:`dtype`, in order.
+    def shard_view(self, shard: int) -> memoryview:
+        """Shard ``shard``'s tokens as a zero-copy buffer of the mapped file (cached).
 
-        Ranges inside one shard are zero-copy views of its mapping; a range crossing shards is
-        a copy. ``b"".join`` of the list gathers every range in one C loop, the fast path of
-        row assembly (a numpy slice assignment per range costs several times more).
-
-        Raises:
-            IndexError: A range leaves ``[0, num_tokens]`` or is reversed.
+        Slices of it joined with ``b"".join`` gather many ranges in one C loop, the fast path
+        of row assembly (a numpy slice assignment per range costs several times more).
 
         Example:
             >>> import tempfile
             >>> from grainpack.writer import write_corpus
             >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2, 3], [4, 5]], shard_tokens=3)
-            >>> data = b"".join(src.stream_views(np.array([4, 1]), np.array([5, 4])))
-            >>> np.frombuffer(data, src.dtype).tolist()
-            [5, 2, 3, 4]
+            >>> view = src.shard_view(1)
+            >>> np.frombuffer(b"".join([view[1:], src.shard_view(0)[1:2]]), src.dtype).tolist()
+            [5, 2]
         """
-        starts = np.asarray(starts, dtype=np.int64)
-        stops = np.asarray(stops, dtype=np.int64)
-        total = self._starts_list[-1]
-        if len(starts) and (starts.min() < 0 or (stops - starts).min() < 0 or stops.max() > total):
-            raise IndexError(f"ranges must lie in [0, {total}] in order; read within num_tokens")
-        shard = np.searchsorted(self._starts, starts, side="right") - 1
-        np.minimum(shard, len(self._shards) - 1, out=shard)  # empty ranges at the very end
-        base = self._starts[shard]
-        shards = shard.tolist()
-        buffers = self._buffers
-        for k in set(shards):
-            if buffers[k] is None:
-                buffers[k] = memoryview(self._shard(k))
-        views = list(
-            map(
-                operator.getitem,
-                map(buffers.__getitem__, shards),
-                map(slice, (starts - base).tolist(), (stops - base).tolist()),
-            )
-        )
-        for k in np.flatnonzero(stops > self._starts[shard + 1]).tolist():  # crosses shards
-            views[k] = self.read_tokens(int(starts[k]), int(stops[k])).tobytes()
-        return views
+        view = self._buffers[shard]
+        if view is None:
+            view = memoryview(self._shard(shard))
+            self._buffers[shard] = view
+        return view
 
     def read_tokens(self, start: int, stop: int) -> np.ndarray:
         """Returns a copy of stream tokens ``[start, stop)`` (may cross shards)."""

@@ -18,8 +18,12 @@ class ListReader:
         self.offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
         self.dtype = np.dtype(dtype)
 
-    def stream_views(self, starts, stops):
-        return [self.stream[a:b] for a, b in zip(starts, stops)]
+    @property
+    def shard_starts(self):
+        return np.array([0, len(self.stream)])
+
+    def shard_view(self, shard):
+        return memoryview(self.stream)
 
 
 def assemble_rows(parts, *, num_rows, block, pad_id, boundary_id, provenance=False):
@@ -27,7 +31,7 @@ def assemble_rows(parts, *, num_rows, block, pad_id, boundary_id, provenance=Fal
         parts, num_rows=num_rows, block=block, boundary=boundary_id is not None,
         provenance=provenance,
     )  # fmt: skip
-    readers = {p.source_index: p.reader for p in parts}
+    readers = [p.reader for p in parts]
     reader = RowReader(packed, readers, block=block, pad_id=pad_id, boundary_id=boundary_id)
     return expand_rows(packed, reader.read(0, num_rows))
 

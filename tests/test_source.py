@@ -93,18 +93,16 @@ def test_source_read_into_any_int_dtype(src):
         src.read_into([0, 0], 0)
 
 
-def test_source_stream_views_zero_copy_inside_shards_copy_across(src):
+def test_source_shard_view_is_the_mapped_shard(src):
     # stream: 1 2 3 | 4 5 6 7 8 | 9 10 11  (shards of 3, 5, 3 tokens)
-    views = src.stream_views(np.array([1, 6, 2, 11, 0]), np.array([3, 10, 6, 11, 0]))
+    views = [src.shard_view(k) for k in range(3)]
     assert [np.frombuffer(v, src.dtype).tolist() for v in views] == [
-        [2, 3], [7, 8, 9, 10], [3, 4, 5, 6], [], []
+        [1, 2, 3],
+        [4, 5, 6, 7, 8],
+        [9, 10, 11],
     ]
-    assert [type(v) for v in views] == [memoryview, bytes, bytes, memoryview, memoryview]
-    assert views[0].obj is not None and not views[0].obj.flags.owndata  # a view of the map
-    with pytest.raises(IndexError, match=r"ranges must lie in \[0, 11\]"):
-        src.stream_views(np.array([9]), np.array([12]))
-    with pytest.raises(IndexError, match="in order"):
-        src.stream_views(np.array([5]), np.array([4]))
+    assert src.shard_view(1) is views[1]  # cached
+    assert views[1].readonly and not views[1].obj.flags.owndata  # no copy: the file's map
 
 
 def test_source_read_into_uint32_corpus(tmp_path):
