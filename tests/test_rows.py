@@ -108,3 +108,37 @@ def test_provenance_rebuilds_every_row_from_the_corpus(tmp_path, unit):
             row = [*list(batch["inputs"][r]), batch["targets"][r, -1]]
             assert rebuilt == row[: len(rebuilt)]
             assert all(t == cfg.pad_id for t in row[len(rebuilt) :])
+
+
+@pytest.mark.parametrize("dtypes", [("uint16", "uint16"), ("uint16", "uint32")])
+@pytest.mark.parametrize("boundary_id", [None, 7])
+def test_row_reader_equals_naive_rows_across_shards_and_dtypes(tmp_path, dtypes, boundary_id):
+    rng = np.random.default_rng(3)
+    block, pad_id, num_rows = 9, 0, 30
+    width = block + 1
+    parts, expected = [], np.full((num_rows, width), pad_id, dtype=np.int64)
+    free = rng.permutation(num_rows)[: num_rows - 4]  # 4 rows stay padding
+    for j, dtype in enumerate(dtypes):
+        high = 60_000 if dtype == "uint16" else 100_000
+        docs = [rng.integers(1, high, size=rng.integers(0, 25)) for _ in range(40)]
+        src = gp.write_corpus(tmp_path / f"s{j}", docs, dtype=dtype, shard_tokens=40)
+        assert len(src.shards) > 5  # pieces cross shard ends
+        order = rng.permutation(len(docs))
+        with_boundary = [[*docs[d], boundary_id] for d in order] if boundary_id else None
+        stream = np.concatenate(
+            [np.concatenate(with_boundary)[:-1]] if with_boundary else [docs[d] for d in order]
+        )
+        plan = stream_plan(src.lengths, order, boundary=boundary_id is not None)
+        rows = rng.choice(plan.num_rows(block), size=13, replace=False)
+        destination = free[13 * j : 13 * (j + 1)]
+        for r, d in zip(rows, destination):
+            row = stream[r * width : (r + 1) * width]
+            expected[d, : len(row)] = row
+        spans = row_spans(plan, np.sort(rows), block=block)
+        parts.append(Part(j, 0, src, spans, destination[np.argsort(rows)]))
+    packed = pack_rows(parts, num_rows=num_rows, block=block, boundary=boundary_id is not None)
+    readers = [p.reader for p in parts]
+    reader = RowReader(packed, readers, block=block, pad_id=pad_id, boundary_id=boundary_id)
+    assert reader.dtype == np.dtype(dtypes[1] if len(set(dtypes)) == 1 else np.int32)
+    got = np.concatenate([reader.read(a, b) for a, b in ((0, 7), (7, 8), (8, 30))])
+    np.testing.assert_array_equal(got, expected)
