@@ -160,6 +160,7 @@ def pack_rows(
     )
     packed.update(zip(_READS, table))
     packed["row_piece"] = np.searchsorted(start, np.arange(num_rows + 1) * block)
+    packed["padded"] = np.flatnonzero(filled <= block)  # rows whose last target is padding
     packed["read_marks"] = np.sort(marks)
     if provenance:
         packed.update(_provenance(parts, ranks, num_rows, width))
@@ -309,7 +310,7 @@ def expand_rows(
       >>> tokens = np.array([[5, 6, 7, 8], [9, 0, 0, 0]], dtype=np.uint16)
       >>> packed = {"filled": np.array([4, 1]), "start": np.array([0, 2, 3, 4]),
       ...           "count": np.array([2, 1, 1, 2]), "segment": np.array([1, 2, 1, 0]),
-      ...           "row_piece": np.array([0, 2, 4])}
+      ...           "row_piece": np.array([0, 2, 4]), "padded": np.array([1])}
       >>> out = expand_rows(packed, tokens)
       >>> out["segment_ids"].tolist(), out["positions"].tolist(), out["loss_mask"].tolist()
       ([[1, 1, 2], [1, 0, 0]], [[0, 1, 0], [0, 0, 0]], [[1, 1, 1], [0, 0, 0]])
@@ -319,17 +320,17 @@ def expand_rows(
     n, block = tokens.shape[0], tokens.shape[1] - 1
     lo, hi = int(packed["row_piece"][first]), int(packed["row_piece"][first + n])
     count = packed["count"][lo:hi]
-    filled = packed["filled"][first : first + n]
     segment_ids = packed["segment"][lo:hi].repeat(count).reshape(n, block)
     positions = (packed["start"][lo:hi] - first * block).repeat(count)
     np.subtract(_arange(n * block), positions, out=positions)
     positions = positions.reshape(n, block)
-    loss_mask = np.ones((n, block), dtype=np.int32)
-    if filled.min(initial=block + 1) <= block:  # rare: rows with padding
-        for r in (filled <= block).nonzero()[0].tolist():
-            f = int(filled[r])
-            positions[r, f:] = 0
-            loss_mask[r, max(f - 1, 0) :] = 0
+    loss_mask = np.empty((n, block), dtype=np.int32)
+    loss_mask.fill(1)
+    padded = packed["padded"]
+    for r in padded[bisect.bisect_left(padded, first) : bisect.bisect_left(padded, first + n)]:
+        f = int(packed["filled"][r])  # rare: a row with padding
+        positions[r - first, f:] = 0
+        loss_mask[r - first, max(f - 1, 0) :] = 0
     batch = {
         "inputs": tokens[:, :-1].astype(np.int32),
         "targets": tokens[:, 1:].astype(np.int32),
@@ -342,7 +343,7 @@ def expand_rows(
 
 
 _READS = ("read_source", "read_shard", "read_start", "read_stop")
-_PACKED = ("filled", "start", "count", "segment", "row_piece", "read_marks", *_READS)
+_PACKED = ("filled", "padded", "start", "count", "segment", "row_piece", "read_marks", *_READS)
 
 
 def _provenance(
