@@ -252,7 +252,7 @@ class RowReader:
         self.width = block + 1
         source, shard = packed["read_source"], packed["read_shard"]
         start, stop = packed["read_start"], packed["read_stop"]
-        used = sorted(set(np.unique(source).tolist()) - {CONSTANT})
+        used = np.flatnonzero(np.bincount(source + 1, minlength=len(readers) + 1)[1:]).tolist()
         ids = [pad_id] if boundary_id is None else [pad_id, boundary_id]
         self.dtype = token_dtype([readers[j] for j in used], ids)
         # buffer g: shard g - base[j] of source j; the last one holds the constants
