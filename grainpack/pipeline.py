@@ -12,6 +12,7 @@ worker count and on any process count (the global batches do not depend on eithe
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import sys
@@ -29,6 +30,7 @@ from grainpack.rows import RowReader, expand_rows
 
 STATE_KEYS = ("version", "step", "process_index", "process_count", "fingerprint", "digest")
 READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+EXPAND_BYTES = 1 << 17  # size of one int32 output array when batches are expanded together
 
 
 def process_index_and_count(
@@ -118,23 +120,34 @@ class _PlannedChunks:
 
 
 class _Expanded:
-    """Consumer side of :class:`_PlannedChunks`: reads a chunk's tokens, then yields one
-    batch of model arrays per ``next``."""
+    """Consumer side of :class:`_PlannedChunks`: reads and expands the rows of a few batches
+    at once (int32 arrays of about ``EXPAND_BYTES``, which amortises numpy's per-call cost
+    while the rows are in cache; larger arrays cost page faults in malloc) and yields one
+    batch per ``next``. A batch's arrays are row slices of the group's, never shared with
+    another batch."""
 
     def __init__(self, chunks: Any, batches: PipelineBatches) -> None:
         self.chunks, self.batches = chunks, batches
         self.rows = batches.config.global_batch_size // batches.process_count
+        self.group = self.rows * max(1, EXPAND_BYTES // (self.rows * batches.config.block * 4))
         self.chunk: dict[str, np.ndarray] = {"filled": np.zeros(0)}
         self.reader: RowReader | None = None
         self.next_row = 0
+        self.pending: collections.deque[dict[str, np.ndarray]] = collections.deque()
 
     def __next__(self) -> dict[str, np.ndarray]:
-        if self.next_row == len(self.chunk["filled"]):
-            self.chunk, self.next_row = next(self.chunks), 0
-            self.reader = self.batches.reader(self.chunk)
-        first = self.next_row
-        self.next_row += self.rows
-        return expand_rows(self.chunk, self.reader.read(first, self.next_row), first=first)
+        if not self.pending:
+            if self.next_row == len(self.chunk["filled"]):
+                self.chunk, self.next_row = next(self.chunks), 0
+                self.reader = self.batches.reader(self.chunk)
+            first = self.next_row
+            self.next_row = min(first + self.group, len(self.chunk["filled"]))
+            arrays = expand_rows(self.chunk, self.reader.read(first, self.next_row), first=first)
+            self.pending.extend(
+                {k: v[i : i + self.rows] for k, v in arrays.items()}
+                for i in range(0, self.next_row - first, self.rows)
+            )
+        return self.pending.popleft()
 
     def start_prefetch(self) -> None:
         self.chunks.start_prefetch()
