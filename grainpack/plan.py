@@ -230,13 +230,15 @@ class SourceRows:
     def spans(self, epoch: int, rows: np.ndarray) -> Spans:
         """Spans of rows ``rows`` of ``epoch``.
 
-        A run of consecutive rows (what sequential batches ask for) is cut from a cached
-        table of the next ``WINDOW_ROWS`` rows, so the span math runs once per window.
+        A short run of consecutive rows (what sequential batches ask for) is cut from a
+        cached table of the next ``WINDOW_ROWS`` rows, so the span math runs once per window;
+        longer requests (a Grain element plans many steps) are computed directly.
         """
         rows = np.asarray(rows, dtype=np.int64)
         n = len(rows)
         r0 = int(rows[0]) if n else 0
-        if n == 0 or r0 < 0 or rows.tolist() != list(range(r0, r0 + n)):
+        run = n and r0 >= 0 and int(rows[-1]) - r0 == n - 1 and bool((np.diff(rows) == 1).all())
+        if not run or n >= WINDOW_ROWS:  # a large request is its own window
             return self._compute_spans(epoch, rows)
         window = self._windows.get(epoch)
         if window is None or not window[0] <= r0 <= r0 + n <= window[1]:
