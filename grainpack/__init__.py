@@ -5,7 +5,7 @@
     corpus dirs ──open_corpus──▶ TokenShardSource (Grain RandomAccessDataSource)
     slot s ──mix──▶ (source j, occurrence o) ──epochs──▶ (epoch e, row r) ──plan──▶ spans
     spans ──read──▶ {inputs, targets, segment_ids, positions, loss_mask}
-    slot s ──shard──▶ process s % P;  Grain element = 16 packed batches;  state = step
+    slot s ──shard──▶ process s % P;  Grain element = plan of many steps;  state = step
 
 Every batch is a pure function of (config, global step): the iterator state is the step,
 restores are exact and elastic, and the batches do not depend on process or worker counts.

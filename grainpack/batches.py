@@ -26,7 +26,7 @@ from grainpack.source import TokenShardSource
 FORMAT_VERSION = 1
 # One Grain element plans about CHUNK_TOKENS tokens in whole steps, at most CHUNK_STEPS:
 # amortises Grain's per-element cost and the index math's per-call cost over many batches.
-CHUNK_TOKENS, CHUNK_STEPS = 1 << 21, 128
+CHUNK_TOKENS, CHUNK_STEPS = 1 << 23, 512
 
 
 class PipelineBatches:

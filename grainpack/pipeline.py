@@ -1,6 +1,6 @@
 """Grain entry points: ``make_dataset``, ``make_data_loader``, ``make_eval_dataset``.
 
-One Grain element is the plan of ``chunk_steps`` per-process batches (about 2M tokens): row
+One Grain element is the plan of ``chunk_steps`` per-process batches (about 8M tokens): row
 layouts and read tables, index math only (Grain's per-element bookkeeping costs tens of
 microseconds). The iterator reads the tokens of a chunk from its own memory maps, one
 ``b"".join`` of views, and expands them into model arrays one batch at a time; worker
@@ -285,7 +285,7 @@ def make_dataset(
       process_count: processes sharing each global batch (default ``jax.process_count()``).
       worker_count: Grain worker processes producing batches (0: in this process). The
         batches and the checkpoint state do not depend on it.
-      worker_buffer_size: Grain elements (plans of about 2M tokens) each worker prepares
+      worker_buffer_size: Grain elements (plans of about 8M tokens) each worker prepares
         ahead.
       ignore_fingerprint_mismatch: accept restoring a state saved with another config.
       evaluation: instead of the training stream, the finite evaluation pass of
