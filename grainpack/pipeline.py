@@ -2,11 +2,11 @@
 
 One Grain element is the plan of ``chunk_steps`` per-process batches (about 8M tokens): row
 layouts and read tables, index math only (Grain's per-element bookkeeping costs tens of
-microseconds). The iterator reads the tokens of a chunk from its own memory maps, one
-``b"".join`` of views, and expands them into model arrays one batch at a time; worker
-processes, when used, only plan, since sending tokens between processes costs more than
-reading them again from the page cache. The iterator's state is the
-global step plus identity checks, so a checkpoint is an index: it restores exactly, with any
+microseconds). The iterator reads the tokens from its own memory maps, one ``b"".join`` of
+views for two batches at a time, and expands them into model arrays while they are in
+cache. Worker processes, when used, only plan: sending tokens between processes costs more
+than reading them again from the page cache. The iterator's state is the global step plus
+identity checks, so a checkpoint is an index: it restores exactly, with any
 worker count and on any process count (the global batches do not depend on either).
 """
 
