@@ -10,9 +10,10 @@ measures, in one run, tokens/s (median of ``passes`` passes) of:
 * grainpack ``make_dataset`` (documents with a boundary token, and windows; both sources
   mixed; every output key), in-process and with 2 Grain worker processes;
 
-and the index costs: the epoch plan of 10**7 documents (time, peak extra memory), the time
-to the first batch, and a restore at slot 10**8 (``set_state`` re-reads the batch before
-the checkpoint to check its digest, which is part of the cost).
+where the in-process time goes (microseconds per batch to plan, read and expand), and the
+index costs: the epoch plan of 10**7 documents (time, peak extra memory), the time to the
+first batch, and a restore at slot 10**8 (``set_state`` re-reads the batch before the
+checkpoint to check its digest, which is part of the cost).
 """
 
 from __future__ import annotations
@@ -33,14 +34,17 @@ import grain
 import numpy as np
 import tqdm
 
+from grainpack.batches import PipelineBatches
 from grainpack.config import PipelineConfig
 from grainpack.corpus import open_corpus
 from grainpack.pipeline import batch_digest, make_dataset
 from grainpack.plan import SourceRows
+from grainpack.rows import expand_rows
 from grainpack.windows import MixedStream
 from grainpack.writer import CorpusWriter
 
 BLOCK, BATCH, SEED = 2048, 8, 0
+UNITS = ("documents", "windows")
 BOUNDARY_ID = VOCAB = 50256  # tokens are drawn from [0, 50256); the boundary is one past
 MEDIAN_LENGTH, SIGMA, MAX_LENGTH = 600, 1.0, 32768
 
@@ -152,6 +156,29 @@ def _grain_packer(path: str) -> Callable[[], object]:
 def _batches(config: PipelineConfig) -> Callable[[], object]:
     iterator = iter(make_dataset(config, process_index=0, process_count=1))
     return lambda: next(iterator)
+
+
+def _stages(config: PipelineConfig, seconds: float) -> dict[str, float]:
+    """Microseconds per batch of each stage of the in-process loop, timed one after the
+    other over the same steps: planning chunks (index math), reading tokens (joins of
+    memmap views) and expanding them into model arrays (two batches at a time)."""
+    batches = PipelineBatches(config, process_count=1)
+    steps, rows = batches.chunk_steps, config.global_batch_size
+    plans, t0 = [], time.perf_counter()
+    while time.perf_counter() - t0 < seconds or not plans:
+        plans.append(batches.packed_steps(len(plans) * steps, 0, steps=steps))
+    plan = time.perf_counter() - t0
+    read = expand = 0.0
+    for packed in plans:
+        reader = batches.reader(packed)
+        for first in range(0, steps * rows, 2 * rows):
+            t0 = time.perf_counter()
+            tokens = reader.read(first, min(first + 2 * rows, steps * rows))
+            t1 = time.perf_counter()
+            expand_rows(packed, tokens, first=first)
+            read, expand = read + t1 - t0, expand + time.perf_counter() - t1
+    n = len(plans) * steps / 1e6
+    return {"plan": plan / n, "read": read / n, "expand": expand / n}
 
 
 def _with_workers(config: PipelineConfig, passes: int, seconds: float) -> tuple[float, list]:
@@ -311,8 +338,8 @@ def run_benchmarks(
         "documents": _batches(configs["documents"]),
         "windows": _batches(configs["windows"]),
     }
-    stages = [*steps, "documents_workers", "windows_workers", "index costs"]
-    bar = tqdm.tqdm(stages, desc="bench", unit="stage", disable=not progress, file=sys.stderr)
+    labels = [*steps, "documents_workers", "windows_workers", "index costs"]
+    bar = tqdm.tqdm(labels, desc="bench", unit="stage", disable=not progress, file=sys.stderr)
     rates = {}
     for name, step in steps.items():
         bar.set_postfix_str(THROUGHPUT_LABELS[name])
@@ -343,6 +370,7 @@ def run_benchmarks(
         "restore": {"slot": step * BATCH, "seconds": _first_batch(configs["documents"], state)},
         "worker_startup_seconds": startup,
     }
+    breakdown = {unit: _stages(configs[unit], seconds) for unit in UNITS}
     bar.update()
     bar.close()
     results = {
@@ -358,6 +386,7 @@ def run_benchmarks(
             "setup_seconds": setup,
         },
         "throughput": throughput,
+        "stages_us_per_batch": breakdown,
         "index": index,
     }
     results["targets"] = _targets(results)
@@ -414,6 +443,11 @@ def format_table(results: dict[str, Any], *, markdown: bool = False) -> str:
         + [
             (e["label"], f"{e['tokens_per_s'] / 1e6:,.1f}", f"{e['ratio_to_limit']:.4f}")
             for e in results["throughput"].values()
+        ],
+        [("in-process stage, µs per batch", "documents", "windows")]
+        + [
+            (stage, *(f"{results['stages_us_per_batch'][u][stage]:.1f}" for u in UNITS))
+            for stage in ("plan", "read", "expand")
         ],
         [
             ("index costs", "value", ""),

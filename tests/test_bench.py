@@ -38,6 +38,7 @@ def test_run_benchmarks_quick_structure(tmp_path, capsys):
         "settings",
         "corpus",
         "throughput",
+        "stages_us_per_batch",
         "index",
         "targets",
     }
@@ -45,6 +46,9 @@ def test_run_benchmarks_quick_structure(tmp_path, capsys):
     for entry in results["throughput"].values():
         assert entry["tokens_per_s"] > 0 and len(entry["passes"]) == results["settings"]["passes"]
     assert results["throughput"]["limit"]["ratio_to_limit"] == 1.0
+    for unit in ("documents", "windows"):
+        stages = results["stages_us_per_batch"][unit]
+        assert set(stages) == {"plan", "read", "expand"} and min(stages.values()) > 0
     assert results["corpus"]["tokens"] == 2_000_000
     for name in ("a", "b"):
         source = gp.open_corpus(tmp_path / name)
@@ -57,6 +61,7 @@ def test_run_benchmarks_quick_structure(tmp_path, capsys):
     json.dumps(results)  # JSON-serialisable
     out = capsys.readouterr().out
     assert "limit: memcpy" in out and "restore at slot 1,000,000" in out
+    assert "in-process stage, µs per batch" in out
 
 
 @pytest.mark.slow
