@@ -1,8 +1,9 @@
 """Runs grainpack's benchmark suite and stores the results next to this file.
 
-Run: ``python benchmarks/run.py [--tokens N] [--passes K] [--quick] [--directory DIR]``.
-Writes ``results/bench-<tokens>-<date>.json`` and ``.md`` (the table as Markdown); the corpus
-is cached in DIR (default ``~/.cache/grainpack/bench-<tokens>``), never in the repository.
+Run: ``python benchmarks/run.py [--tokens N] [--passes K] [--quick] [--directory DIR]
+[--output OUT]``. Writes ``OUT/bench-<tokens>-<date>.json`` and ``.md`` (the table as
+Markdown; OUT defaults to ``results/`` next to this file); the corpus is cached in DIR
+(default ``~/.cache/grainpack/bench-<tokens>``), never in the repository.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--directory")
+    parser.add_argument("--output", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     flags.FLAGS.mark_as_parsed()  # Grain 0.2.18 workers read absl flags (google/grain#1355)
-    results = Path(__file__).parent / "results"
-    results.mkdir(exist_ok=True)
+    results = Path(args.output)
+    results.mkdir(parents=True, exist_ok=True)
     stem = f"bench-{'quick' if args.quick else args.tokens}-{datetime.date.today()}"
     out = run_benchmarks(
         tokens=args.tokens,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,3 +76,18 @@ def test_cli_bench_quick_writes_json(tmp_path, capsys):
     assert set(results["throughput"]) == THROUGHPUT
     assert results["machine"]["cpu_count"] >= 1 and results["machine"]["numpy"] == np.__version__
     assert "x limit" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_benchmark_scripts_run_end_to_end(tmp_path):
+    root = Path(__file__).parent.parent / "benchmarks"
+    corpus, out = tmp_path / "corpus", tmp_path / "out"
+    run = [sys.executable, str(root / "run.py"), "--quick", "--directory", str(corpus)]
+    done = subprocess.run([*run, "--output", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (table,) = out.glob("bench-quick-*.md")
+    assert "| limit: memcpy of block+1 rows |" in table.read_text()
+    assert json.loads(table.with_suffix(".json").read_text())["corpus"]["tokens"] == 2_000_000
+    resume = [sys.executable, str(root / "bench_resume.py"), "--slot", "100000"]
+    done = subprocess.run(resume, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
