@@ -143,6 +143,8 @@ class _Expanded:
             first = self.next_row
             self.next_row = min(first + self.group, len(self.chunk["filled"]))
             arrays = expand_rows(self.chunk, self.reader.read(first, self.next_row), first=first)
+            if self.next_row - first == self.rows:
+                return arrays
             self.pending.extend(
                 {k: v[i : i + self.rows] for k, v in arrays.items()}
                 for i in range(0, self.next_row - first, self.rows)

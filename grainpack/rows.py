@@ -338,7 +338,8 @@ def expand_rows(
         "positions": positions,
         "loss_mask": loss_mask,
     }
-    batch.update((k, v[first : first + n]) for k, v in packed.items() if k not in _PACKED)
+    if len(packed) > len(_PACKED):  # provenance
+        batch.update((k, v[first : first + n]) for k, v in packed.items() if k not in _PACKED)
     return batch
 
 
