@@ -94,29 +94,53 @@ class PipelineDataset(grain.IterDataset):
         return f"PipelineDataset({self.batches!r}, process_index={self.options.process_index})"
 
 
-# Worker processes send plans (kilobytes per chunk) pickled: one shared-memory segment
-# per array costs more than the copy at these sizes.
-_PICKLE_ARRAYS = grain.experimental.DatasetOptions(min_shm_size=1 << 30)
+# A worker sends each plan as one byte buffer, which Grain moves through one shared-memory
+# segment: a pickled element larger than a pipe's buffer blocks the worker's exit (close()
+# then waits 25 s), and a segment per array costs more than the plan's other work.
+_SHM = grain.experimental.DatasetOptions(min_shm_size=1)
+
+
+def _to_bytes(plan: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A plan's arrays as one uint8 buffer and a spec of (key, dtype, shape, offset)."""
+    parts, spec, offset = [], [], 0
+    for key, array in plan.items():
+        array = np.ascontiguousarray(array)
+        spec.append((key, array.dtype.str, array.shape, offset))
+        parts += [array.reshape(-1).view(np.uint8), np.zeros(-array.nbytes % 8, np.uint8)]
+        offset += array.nbytes + len(parts[-1])
+    return {"bytes": np.concatenate(parts or [np.zeros(0, np.uint8)]), "spec": tuple(spec)}
+
+
+def _from_bytes(element: dict[str, Any]) -> dict[str, np.ndarray]:
+    data = element["bytes"]
+    return {
+        key: data[offset : offset + np.dtype(dtype).itemsize * int(np.prod(shape))]
+        .view(dtype)
+        .reshape(shape)
+        for key, dtype, shape, offset in element["spec"]
+    }
 
 
 @dataclasses.dataclass(frozen=True)
 class _PlannedChunks:
     """Grain data source of one process's steps, ``chunk_steps`` per record: record ``c``
     is the plan (row layout and read table, no tokens) of steps ``first + c * chunk_steps``
-    onwards."""
+    onwards; ``as_bytes`` for worker processes (:func:`_to_bytes`)."""
 
     batches: PipelineBatches
     first: int
     process_index: int
+    as_bytes: bool
 
     def __len__(self) -> int:
         return sys.maxsize
 
-    def __getitem__(self, record: int) -> dict[str, np.ndarray]:
+    def __getitem__(self, record: int) -> dict[str, Any]:
         steps = self.batches.chunk_steps
-        return self.batches.packed_steps(
+        plan = self.batches.packed_steps(
             self.first + record * steps, self.process_index, steps=steps
         )
+        return _to_bytes(plan) if self.as_bytes else plan
 
 
 class _Expanded:
@@ -138,7 +162,8 @@ class _Expanded:
     def __next__(self) -> dict[str, np.ndarray]:
         if not self.pending:
             if self.next_row == len(self.chunk["filled"]):
-                self.chunk, self.next_row = next(self.chunks), 0
+                chunk, self.next_row = next(self.chunks), 0
+                self.chunk = _from_bytes(chunk) if "spec" in chunk else chunk
                 self.reader = self.batches.reader(self.chunk)
             first = self.next_row
             self.next_row = min(first + self.group, len(self.chunk["filled"]))
@@ -182,11 +207,14 @@ class PipelineIterator(grain.DatasetIterator):
 
     def _open(self) -> Any:
         if self._inner is None:
-            chunks = _PlannedChunks(self._batches, self._step, self._options.process_index)
+            workers = self._options.worker_count
+            chunks = _PlannedChunks(
+                self._batches, self._step, self._options.process_index, workers > 0
+            )
             ds = grain.MapDataset.source(chunks).to_iter_dataset(READ_OPTIONS)
             if self._options.worker_count:
                 _absl_flags_parsed()
-                ds = grain.experimental.WithOptionsIterDataset(ds, _PICKLE_ARRAYS)
+                ds = grain.experimental.WithOptionsIterDataset(ds, _SHM)
                 ds = ds.mp_prefetch(
                     grain.multiprocessing.MultiprocessingOptions(
                         num_workers=self._options.worker_count,
