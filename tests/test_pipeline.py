@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import grain
 import numpy as np
@@ -152,6 +153,22 @@ def test_dataset_and_data_loader_agree(two_sources, workers):
             for k in a:
                 np.testing.assert_array_equal(a[k], b[k])
     ds_iter.close()
+
+
+@pytest.mark.slow
+def test_closing_workers_mid_stream_is_prompt(two_sources):
+    # One Grain element plans 512 steps here (hundreds of KB): a pickled element larger than
+    # a pipe's buffer used to block the worker's exit, and close() waited Grain's 25 s.
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=32, global_batch_size=16, seed=2)
+    reference = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 3)
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1, worker_count=2))
+    for got, want in zip(take(it, 3), reference):
+        np.testing.assert_array_equal(got["inputs"], want["inputs"])
+    time.sleep(1)  # the workers fill their queues
+    start = time.perf_counter()
+    it.close()
+    assert time.perf_counter() - start < 10
 
 
 def test_batch_size_must_divide_by_process_count(two_sources):
