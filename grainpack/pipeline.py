@@ -112,7 +112,9 @@ def _to_bytes(plan: dict[str, np.ndarray]) -> dict[str, Any]:
 
 
 def _from_bytes(element: dict[str, Any]) -> dict[str, np.ndarray]:
-    data = element["bytes"]
+    # A plain ndarray view: slices of Grain's shared-memory array subclass run Python hooks
+    # (several microseconds a batch).
+    data = np.asarray(element["bytes"])
     return {
         key: data[offset : offset + np.dtype(dtype).itemsize * int(np.prod(shape))]
         .view(dtype)
