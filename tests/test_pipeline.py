@@ -171,6 +171,36 @@ def test_closing_workers_mid_stream_is_prompt(two_sources):
     assert time.perf_counter() - start < 10
 
 
+def test_chunk_steps_plan_about_8m_tokens_per_grain_element(two_sources):
+    paths, _ = two_sources
+
+    def steps(**options):
+        cfg = gp.PipelineConfig(sources=paths, **options)
+        return gp.PipelineBatches(cfg, process_count=2).chunk_steps
+
+    assert steps(block=8, global_batch_size=4) == 512  # capped
+    assert steps(block=2047, global_batch_size=64) == 128  # 32 rows of 2048: 2**16 a step
+    assert steps(block=8191, global_batch_size=4096) == 1  # one step is 16M tokens
+    assert steps(block=8, global_batch_size=4, sequence_selector=identity_selector) == 1
+
+
+@pytest.mark.slow
+def test_workers_carry_provenance_exactly(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(
+        sources=paths, block=8, global_batch_size=4, seed=3, boundary_id=999, provenance=True
+    )
+    reference = take(iter(gp.make_dataset(cfg, process_index=1, process_count=2)), 6)
+    it = iter(gp.make_dataset(cfg, process_index=1, process_count=2, worker_count=2))
+    try:
+        for got, want in zip(take(it, 6), reference):
+            assert got.keys() == want.keys() and "segment_document" in got
+            for k in got:
+                np.testing.assert_array_equal(got[k], want[k])
+    finally:
+        it.close()
+
+
 def test_batch_size_must_divide_by_process_count(two_sources):
     paths, _ = two_sources
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=6)
