@@ -82,7 +82,8 @@ def pack_rows(
 
     * ``filled``: real tokens per row.
     * the row layout, pieces tiling the flattened ``(num_rows, block)`` inputs: ``start``
-      (sorted), ``count`` and ``segment`` (segment id of each piece, 0 for padding), int32.
+      (sorted) and ``segment`` (segment id of each piece, 0 for padding), int32, and
+      ``count``, intp (what ``np.repeat`` takes).
     * the read table, pieces tiling the flattened ``(num_rows, block + 1)`` tokens in order:
       ``read_source`` (a part's ``source_index``, or ``CONSTANT``), ``read_start`` and
       ``read_stop`` (a stream range of that source; for ``CONSTANT`` a range of
@@ -143,7 +144,7 @@ def pack_rows(
     row, offset = np.divmod(position, width)
     start = (row * block + np.minimum(offset, block)).astype(np.int32)  # the inputs' grid
     packed["start"] = start
-    packed["count"] = np.diff(start, append=np.int32(num_rows * block))
+    packed["count"] = np.diff(start, append=np.int32(num_rows * block)).astype(np.intp)
     rank = np.concatenate([*ranks, [0]]) if ranks else np.zeros(1, dtype=np.int64)
     packed["segment"] = rank[np.minimum(layout, n_spans)].astype(np.int32)
     # Read table: spans, loose boundary tokens and padding runs, in token order.
