@@ -262,9 +262,10 @@ class RowReader:
         buffers: list[Any] = [None] * (int(base[-1]) + 1)
         for g in set(index) - {len(buffers) - 1}:
             j = int(np.searchsorted(base, g, side="right")) - 1
-            buffers[g] = readers[j].shard_view(g - int(base[j]))
-            if readers[j].dtype != self.dtype:  # mixed token dtypes: convert piece by piece
-                buffers[g] = _Converted(buffers[g], readers[j].dtype, self.dtype)
+            view = readers[j].shard_view(g - int(base[j]))
+            stored = np.dtype(view.format)  # little-endian file bytes, whatever the host
+            # mixed token dtypes (or a big-endian host): convert piece by piece
+            buffers[g] = view if stored == self.dtype else _Converted(view, stored, self.dtype)
         constants = np.full(self.width + 1, pad_id, dtype=self.dtype)
         constants[-1] = pad_id if boundary_id is None else boundary_id
         buffers[-1] = memoryview(constants)

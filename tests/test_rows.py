@@ -142,3 +142,19 @@ def test_row_reader_equals_naive_rows_across_shards_and_dtypes(tmp_path, dtypes,
     assert reader.dtype == np.dtype(dtypes[1] if len(set(dtypes)) == 1 else np.int32)
     got = np.concatenate([reader.read(a, b) for a, b in ((0, 7), (7, 8), (8, 30))])
     np.testing.assert_array_equal(got, expected)
+
+
+def test_row_reader_converts_shards_stored_in_another_byte_order():
+    # A little-endian file on a big-endian host, mirrored: the reader's dtype is native
+    # uint16 while its shard's bytes are big-endian.
+    class SwappedReader(ListReader):
+        def shard_view(self, shard):
+            return memoryview(self.stream.astype(">u2"))
+
+    docs = [np.array([1, 2, 300]), np.array([40_000, 5])]
+    reader = SwappedReader(docs, dtype=np.uint16)
+    plan = stream_plan(np.array([3, 2]), None, boundary=True)
+    part = Part(0, 0, reader, row_spans(plan, np.array([0, 1]), block=2), np.array([0, 1]))
+    out = assemble_rows([part], num_rows=2, block=2, pad_id=0, boundary_id=7)
+    assert out["inputs"].tolist() == [[1, 2], [7, 40_000]]
+    assert out["targets"].tolist() == [[2, 300], [40_000, 5]]
