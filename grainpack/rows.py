@@ -340,8 +340,9 @@ def expand_rows(
         "positions": positions,
         "loss_mask": loss_mask,
     }
-    if len(packed) > len(_PACKED):  # provenance
-        batch.update((k, v[first : first + n]) for k, v in packed.items() if k not in _PACKED)
+    rows = slice(first, first + n)
+    if len(packed) > len(_PACKED):  # provenance: copies, so a batch holds no plan memory
+        batch.update((k, v[rows].copy()) for k, v in packed.items() if k not in _PACKED)
     return batch
 
 
