@@ -35,6 +35,7 @@ import numpy as np
 import tqdm
 
 from grainpack.batches import PipelineBatches
+from grainpack.chunks import group_rows
 from grainpack.config import PipelineConfig
 from grainpack.corpus import open_corpus
 from grainpack.pipeline import batch_digest, make_dataset
@@ -161,9 +162,9 @@ def _batches(config: PipelineConfig) -> Callable[[], object]:
 def _stages(config: PipelineConfig, seconds: float) -> dict[str, float]:
     """Microseconds per batch of each stage of the in-process loop, timed one after the
     other over the same steps: planning chunks (index math), reading tokens (joins of
-    memmap views) and expanding them into model arrays (two batches at a time)."""
+    memmap views) and expanding them into model arrays (as the iterator groups them)."""
     batches = PipelineBatches(config, process_count=1)
-    steps, rows = batches.chunk_steps, config.global_batch_size
+    steps, rows, group = batches.chunk_steps, config.global_batch_size, group_rows(batches)
     plans, t0 = [], time.perf_counter()
     while time.perf_counter() - t0 < seconds or not plans:
         plans.append(batches.packed_steps(len(plans) * steps, 0, steps=steps))
@@ -171,9 +172,9 @@ def _stages(config: PipelineConfig, seconds: float) -> dict[str, float]:
     read = expand = 0.0
     for packed in plans:
         reader = batches.reader(packed)
-        for first in range(0, steps * rows, 2 * rows):
+        for first in range(0, steps * rows, group):
             t0 = time.perf_counter()
-            tokens = reader.read(first, min(first + 2 * rows, steps * rows))
+            tokens = reader.read(first, min(first + group, steps * rows))
             t1 = time.perf_counter()
             expand_rows(packed, tokens, first=first)
             read, expand = read + t1 - t0, expand + time.perf_counter() - t1

@@ -23,6 +23,15 @@ from grainpack.rows import RowReader, expand_rows
 
 EXPAND_BYTES = 1 << 17  # size of one int32 output array when batches are expanded together
 
+
+def group_rows(batches: PipelineBatches) -> int:
+    """Rows read and expanded at once: whole batches, int32 arrays of about ``EXPAND_BYTES``
+    (amortises numpy's per-call cost while the rows are in cache; larger arrays cost page
+    faults in malloc)."""
+    rows = batches.config.global_batch_size // batches.process_count
+    return rows * max(1, EXPAND_BYTES // (rows * batches.config.block * 4))
+
+
 # A worker sends each plan as one byte buffer, which Grain moves through one shared-memory
 # segment: a pickled element larger than a pipe's buffer blocks the worker's exit (close()
 # then waits 25 s), and a segment per array costs more than the plan's other work.
@@ -75,16 +84,14 @@ class PlannedChunks:
 
 
 class ExpandedBatches:
-    """Consumer side of :class:`PlannedChunks`: reads and expands the rows of a few batches
-    at once (int32 arrays of about ``EXPAND_BYTES``, which amortises numpy's per-call cost
-    while the rows are in cache; larger arrays cost page faults in malloc) and yields one
-    batch per ``next``. A batch's arrays are row slices of the group's, never shared with
-    another batch."""
+    """Consumer side of :class:`PlannedChunks`: reads and expands :func:`group_rows` rows at
+    once and yields one batch per ``next``. A batch's arrays are row slices of the group's,
+    never shared with another batch."""
 
     def __init__(self, chunks: Any, batches: PipelineBatches) -> None:
         self.chunks, self.batches = chunks, batches
         self.rows = batches.config.global_batch_size // batches.process_count
-        self.group = self.rows * max(1, EXPAND_BYTES // (self.rows * batches.config.block * 4))
+        self.group = group_rows(batches)
         self.chunk: dict[str, np.ndarray] = {"filled": np.zeros(0)}
         self.reader: RowReader | None = None
         self.next_row = 0

@@ -116,12 +116,12 @@ class PipelineIterator(grain.DatasetIterator):
                 self._batches, self._step, self._options.process_index, as_bytes=workers > 0
             )
             ds = grain.MapDataset.source(chunks).to_iter_dataset(READ_OPTIONS)
-            if self._options.worker_count:
+            if workers:
                 _absl_flags_parsed()
                 ds = grain.experimental.WithOptionsIterDataset(ds, WORKER_OPTIONS)
                 ds = ds.mp_prefetch(
                     grain.multiprocessing.MultiprocessingOptions(
-                        num_workers=self._options.worker_count,
+                        num_workers=workers,
                         per_worker_buffer_size=self._options.worker_buffer_size,
                     )
                 )

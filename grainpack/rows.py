@@ -3,8 +3,8 @@
 1. :func:`pack_rows` (index math, no tokens): the row layout and the *read table*, the
    pieces that tile the rows' ``block + 1`` tokens in order (stream ranges of a source, a
    boundary token, a padding run). It is small: a worker process sends it, not tokens.
-2. :func:`read_rows` (the only step that reads tokens): one ``b"".join`` of memmap views
-   gathers every piece in a C loop, several times faster than a numpy copy per span.
+2. :meth:`RowReader.read` (the only step that reads tokens): one ``bytes.join`` of memmap
+   views gathers every piece in a C loop, several times faster than a numpy copy per span.
 3. :func:`expand_rows`: the model arrays of a range of rows.
 
 A batch of ``n`` rows of ``block + 1`` tokens becomes::
@@ -136,7 +136,8 @@ def pack_rows(
     short = np.flatnonzero(filled < width)  # rare: padding at the end of an epoch
     pad_at = short * width + filled[short]
     n_spans, n_loose, n_pads = len(at), len(loose), len(short)
-    order = np.argsort(np.concatenate([at, loose, pad_at]), kind="stable")
+    flat = np.concatenate([at, loose, pad_at])  # where each piece starts in the tokens
+    order = np.argsort(flat, kind="stable")
     packed = {"filled": filled}
     # Layout: spans and padding (a boundary token belongs to its span's segment).
     layout = order[(order < n_spans) | (order >= n_spans + n_loose)]
@@ -151,7 +152,6 @@ def pack_rows(
     constant = np.full(n_loose + n_pads, CONSTANT)
     lo = np.concatenate([first, np.full(n_loose, width), np.zeros(n_pads, np.int64)])
     hi = np.concatenate([last, np.full(n_loose, width + 1), width - filled[short]])
-    flat = np.concatenate([at, loose, pad_at])
     table = _read_table(
         np.concatenate([source, constant])[order],
         lo[order],
@@ -191,7 +191,7 @@ def _read_table(
         first[mine] = np.searchsorted(starts, lo[mine], side="right") - 1
         end = np.maximum(hi[mine] - 1, lo[mine])
         last[mine] = np.minimum(np.searchsorted(starts, end, side="right") - 1, top)
-        np.minimum(first, last, out=first)  # empty pieces at the very end of the stream
+    np.minimum(first, last, out=first)  # empty pieces at the very end of a stream
     cuts = last - first + 1  # shards each piece touches (1 unless it crosses a shard end)
     if (cuts > 1).any():
         piece = np.repeat(np.arange(len(lo)), cuts)
