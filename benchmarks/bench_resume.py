@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grainpack.windows import MixedStream
+from grainpack.reference.windows import MixedStream
 
 
 def _seed_layout(directory: Path, num_tokens: int, offset: int) -> Path:

@@ -9,9 +9,42 @@
 
 Every batch is a pure function of (config, global step): the iterator state is the step,
 restores are exact and elastic, and the batches do not depend on process or worker counts.
+
+This front door holds what a training loop needs and the reference APIs of the two
+specifications grainpack was built from. Everything that imports Grain, JAX or Orbax
+(``make_dataset``, ``make_global_batch``, ``CheckpointSave``, ...) is loaded on first use,
+so ``import grainpack`` (and a Grain worker unpickling a grainpack element) imports none of
+them. The layers live in subpackages: ``grainpack.index`` (pure index math),
+``grainpack.corpus`` (on-disk formats), ``grainpack.curriculum``, ``grainpack.reference``,
+``grainpack.pipeline`` (the Grain pipeline), ``grainpack.jax`` and ``grainpack.orbax``.
 """
 
-from grainpack.accounting import (
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from grainpack.corpus.convert import convert_corpus, convert_jsonl, convert_npy
+from grainpack.corpus.errors import CorpusError, CorpusExistsError, CorpusNotFoundError
+from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.native import read_manifest
+from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.verify import VerifyReport, describe_corpus, verify_corpus
+from grainpack.corpus.writer import CorpusWriter, write_corpus
+from grainpack.curriculum.bandit import LengthBandit
+from grainpack.curriculum.online import UndecidedEpochError
+from grainpack.curriculum.protocols import RateSchedule, Selector
+from grainpack.curriculum.selectors import BucketReport, Chain, LengthBuckets, LinearRamp, PerSource
+from grainpack.index.hashing import splitmix64
+from grainpack.index.orders import (
+    SequenceSelector,
+    global_document_order,
+    shard_documents_for_rank,
+    window_permutation,
+)
+from grainpack.index.slots import slot_order
+from grainpack.index.weights import content_probabilities, token_premiums
+from grainpack.pipeline.accounting import (
     MixtureMonitor,
     MixtureWarning,
     RepeatCapExceeded,
@@ -19,58 +52,47 @@ from grainpack.accounting import (
     mixture_accounting,
     window_shares,
 )
-from grainpack.bandit import LengthBandit, UndecidedEpochError
-from grainpack.batches import PipelineBatches
-from grainpack.checkpoint import CheckpointRestore, CheckpointSave
-from grainpack.config import PipelineConfig
-from grainpack.convert import convert_corpus, convert_jsonl, convert_npy
-from grainpack.corpus import open_corpus, read_manifest
-from grainpack.curriculum import (
-    BucketReport,
-    Chain,
-    LengthBuckets,
-    LinearRamp,
-    PerSource,
-    RateSchedule,
-    Selector,
-)
-from grainpack.mixing import (
-    SlotMixer,
-    choose_source,
-    choose_sources,
-    content_probabilities,
-    token_premiums,
-)
-from grainpack.order import (
-    SequenceSelector,
-    global_document_order,
-    shard_documents_for_rank,
-    splitmix64,
-    splitmix64_array,
-    window_permutation,
-)
-from grainpack.packing import PackedCorpus, pack_documents
-from grainpack.pipeline import (
-    PipelineDataset,
-    PipelineIterator,
-    StepSampler,
-    make_data_loader,
-    make_dataset,
-    make_eval_dataset,
-)
-from grainpack.sharding import make_global_batch, slot_order
-from grainpack.source import (
-    CorpusError,
-    CorpusExistsError,
-    CorpusNotFoundError,
-    TokenShardSource,
-)
-from grainpack.streaming import StreamingCorpus
-from grainpack.verify import VerifyReport, describe_corpus, verify_corpus
-from grainpack.windows import MixedStream, PackedStream
-from grainpack.writer import CorpusWriter, write_corpus
+from grainpack.pipeline.config import PipelineConfig
+from grainpack.reference.packing import PackedCorpus, pack_documents
+from grainpack.reference.streaming import StreamingCorpus
+from grainpack.reference.windows import MixedStream, PackedStream
+
+if TYPE_CHECKING:
+    from grainpack.jax import make_global_batch
+    from grainpack.orbax import CheckpointRestore, CheckpointSave
+    from grainpack.pipeline.dataset import (
+        PipelineIterator,
+        make_data_loader,
+        make_dataset,
+        make_eval_dataset,
+    )
 
 __version__ = "0.1.0"
+
+# Names whose modules import Grain, JAX or Orbax: loaded on first attribute access.
+_LAZY = {
+    "PipelineIterator": "grainpack.pipeline.dataset",
+    "make_data_loader": "grainpack.pipeline.dataset",
+    "make_dataset": "grainpack.pipeline.dataset",
+    "make_eval_dataset": "grainpack.pipeline.dataset",
+    "make_global_batch": "grainpack.jax",
+    "CheckpointRestore": "grainpack.orbax",
+    "CheckpointSave": "grainpack.orbax",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'grainpack' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "BucketReport",
@@ -90,23 +112,17 @@ __all__ = [
     "PackedCorpus",
     "PackedStream",
     "PerSource",
-    "PipelineBatches",
     "PipelineConfig",
-    "PipelineDataset",
     "PipelineIterator",
     "RateSchedule",
     "RepeatCapExceeded",
     "Selector",
     "SequenceSelector",
-    "SlotMixer",
     "SourceAccount",
-    "StepSampler",
     "StreamingCorpus",
     "TokenShardSource",
     "UndecidedEpochError",
     "VerifyReport",
-    "choose_source",
-    "choose_sources",
     "content_probabilities",
     "convert_corpus",
     "convert_jsonl",
@@ -124,7 +140,6 @@ __all__ = [
     "shard_documents_for_rank",
     "slot_order",
     "splitmix64",
-    "splitmix64_array",
     "token_premiums",
     "verify_corpus",
     "window_permutation",

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from grainpack.accounting import mixture_accounting
-from grainpack.config import PipelineConfig
-from grainpack.corpus import open_corpus
-from grainpack.pipeline import make_dataset
-from grainpack.writer import CorpusWriter
+from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.writer import CorpusWriter
+from grainpack.pipeline.accounting import mixture_accounting
+from grainpack.pipeline.config import PipelineConfig
+from grainpack.pipeline.dataset import make_dataset
 
 BOUNDARY_ID = 256  # one past the byte values: the end-of-document token
 VOCAB_SIZE = 257

@@ -23,8 +23,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from grainpack import corpus
-from grainpack.writer import CorpusWriter
+from grainpack.corpus import native
+from grainpack.corpus.writer import CorpusWriter
 
 
 def documents(seed: int, count: int) -> Iterator[np.ndarray]:
@@ -70,7 +70,7 @@ def pause_before_manifest_rename() -> None:
     real_replace = os.replace
 
     def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        if os.path.basename(dst) == corpus.MANIFEST_NAME:
+        if os.path.basename(dst) == native.MANIFEST_NAME:
             print("closing", flush=True)
             sleep_until_killed()
         real_replace(src, dst)

@@ -42,7 +42,7 @@ import orbax.checkpoint as ocp  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 import grainpack as gp  # noqa: E402
-from grainpack.pipeline import batch_digest  # noqa: E402
+from grainpack.pipeline.dataset import batch_digest  # noqa: E402
 
 MULTIPLIER = 1000003
 PHASES = ("before_log", "after_log", "after_save")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from grainpack.bandit import LengthBandit, UndecidedEpochError
+from grainpack.curriculum.bandit import LengthBandit, UndecidedEpochError
 
 
 def test_bandit_rates_hand_computed_and_frozen_per_epoch():

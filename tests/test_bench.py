@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.bench import document_lengths, run_benchmarks
-from grainpack.cli import main
+from grainpack.cli.bench import document_lengths, run_benchmarks
+from grainpack.cli.main import main
 
 THROUGHPUT = {
     "limit",

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.cli import main
+from grainpack.cli.main import main
+from grainpack.pipeline.batches import PipelineBatches
 
 
 @pytest.fixture
@@ -106,7 +107,7 @@ def test_show_step_lists_rows_and_mixture(corpus, tmp_path, capsys):
         seed=3,
         provenance=True,
     )
-    batch = gp.PipelineBatches(cfg).batch(2, 0)
+    batch = PipelineBatches(cfg).batch(2, 0)
     assert [r["slot"] for r in shown["rows"]] == [8, 9, 10, 11]
     assert [r["source"] for r in shown["rows"]] == [["a", "b"][j] for j in batch["source"]]
     assert shown["mixture"]["a"]["rows"] == gp.mixture_accounting(cfg, 2)["a"].rows
@@ -121,14 +122,14 @@ def test_show_step_needs_a_config(capsys):
 
 def test_console_script_help_and_usage_errors():
     ok = subprocess.run(
-        [sys.executable, "-m", "grainpack.cli", "build", "--help"],
+        [sys.executable, "-m", "grainpack", "build", "--help"],
         capture_output=True,
         text=True,
         check=False,
     )
     assert ok.returncode == 0 and "examples:" in ok.stdout
     bad = subprocess.run(
-        [sys.executable, "-m", "grainpack.cli", "nosuch"],
+        [sys.executable, "-m", "grainpack", "nosuch"],
         capture_output=True,
         text=True,
         check=False,

@@ -9,9 +9,9 @@ import struct
 import numpy as np
 import pytest
 
-from grainpack.convert import convert_corpus, convert_jsonl, convert_npy
-from grainpack.corpus import open_corpus
-from grainpack.writer import write_corpus
+from grainpack.corpus.convert import convert_corpus, convert_jsonl, convert_npy
+from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.writer import write_corpus
 
 
 def _docs(src) -> list[list[int]]:

@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.pipeline import batch_digest
+from grainpack.pipeline.dataset import batch_digest
 
 TESTS = pathlib.Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -153,7 +153,7 @@ def assert_not_a_corpus(path: pathlib.Path) -> None:
     with pytest.raises(gp.CorpusError, match="no manifest: the write was interrupted; rewrite"):
         gp.open_corpus(path)
     result = subprocess.run(
-        [sys.executable, "-m", "grainpack.cli", "verify", str(path)],
+        [sys.executable, "-m", "grainpack", "verify", str(path)],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,

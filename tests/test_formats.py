@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grainpack.corpus import fingerprint, open_corpus
+from grainpack.corpus.formats import fingerprint, open_corpus
 
 
 def _docs(src) -> list[list[int]]:

@@ -9,19 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grainpack.mixing import (
+from grainpack.index.hashing import splitmix64
+from grainpack.index.mixing import (
     BLOCK_SLOTS,
     SlotMixer,
     choose_source,
     choose_sources,
-    content_probabilities,
     cumulative_probabilities,
-    normalize_probabilities,
     occurrences_from,
     source_thresholds,
-    token_premiums,
 )
-from grainpack.order import splitmix64
+from grainpack.index.weights import content_probabilities, normalize_probabilities, token_premiums
 
 MASK = 2**64 - 1
 K = 0x100000001

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grainpack.packing import PackedCorpus, pack_documents
-from grainpack.plan import stream_plan
-from grainpack.writer import write_corpus
+from grainpack.corpus.writer import write_corpus
+from grainpack.index.stream import stream_plan
+from grainpack.reference.packing import PackedCorpus, pack_documents
 
 DOCS = [np.array([1, 2, 3]), np.array([4, 5]), np.array([6]), np.array([7, 8, 9, 10])]
 

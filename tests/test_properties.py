@@ -15,17 +15,23 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import grainpack as gp
-from grainpack.mixing import (
+from grainpack.index.hashing import splitmix64_array
+from grainpack.index.mixing import (
     BLOCK_SLOTS,
     SlotMixer,
     choose_source,
     choose_sources,
     cumulative_probabilities,
-    normalize_probabilities,
 )
-from grainpack.order import global_document_order, shard_documents_for_rank, window_permutation
-from grainpack.packing import pack_documents
-from grainpack.plan import SourceRows, Spans, row_spans, stream_plan
+from grainpack.index.orders import (
+    global_document_order,
+    shard_documents_for_rank,
+    window_permutation,
+)
+from grainpack.index.stream import SourceRows, Spans, row_spans, stream_plan
+from grainpack.index.weights import normalize_probabilities
+from grainpack.pipeline.batches import PipelineBatches
+from grainpack.reference.packing import pack_documents
 
 BOUNDARY, PAD = -1, -2
 EPOCHS = 3
@@ -58,7 +64,7 @@ class KeepSelector:
     percent: int
 
     def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
-        draws = gp.splitmix64_array(order + (self.salt * 7919 + seed * 131 + epoch) * 100_003)
+        draws = splitmix64_array(order + (self.salt * 7919 + seed * 131 + epoch) * 100_003)
         kept = order[draws % np.uint64(100) < np.uint64(self.percent)]
         return kept[::-1] if epoch % 2 else kept
 
@@ -231,8 +237,8 @@ def test_process_batches_partition_the_global_batch(
         boundary_id=900 if unit == "documents" else None,
         provenance=True,
     )
-    whole = gp.PipelineBatches(config, process_count=1).batch(step, 0)
-    sharded = gp.PipelineBatches(config, process_count=processes)
+    whole = PipelineBatches(config, process_count=1).batch(step, 0)
+    sharded = PipelineBatches(config, process_count=processes)
     parts = [sharded.batch(step, p) for p in range(processes)]
     for key, value in whole.items():
         woven = np.full_like(value, -1)
@@ -248,7 +254,7 @@ def test_process_batches_have_the_same_shapes_with_provenance(corpora):
     config = gp.PipelineConfig(
         sources=corpora, block=6, global_batch_size=2, boundary_id=900, provenance=True
     )
-    batches = gp.PipelineBatches(config, process_count=2)
+    batches = PipelineBatches(config, process_count=2)
     for step in range(10):
         shapes = [{k: v.shape for k, v in batches.batch(step, p).items()} for p in range(2)]
         assert shapes[0] == shapes[1], step

@@ -90,24 +90,25 @@ def write_offsets(path: pathlib.Path, values: list[int]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("offsets", "read_error", "verify_error"),
+    ("offsets", "verify_error"),
     [
-        ([0, 3, 2, 9, 10, 13], "1 decreasing steps", "decrease at document 1 (3 -> 2)"),
-        ([0, 3, 99, 9, 10, 13], "1 decreasing steps", "decrease at document 2 (99 -> 9)"),
-        ([0, 3, 5, 9, 10, 20], "end 20", "last document offset is 20, expected the 13 tokens"),
-        ([1, 3, 5, 9, 10, 13], "found start 1", "must start at 0, found [1]"),
+        ([0, 3, 2, 9, 10, 13], "decrease at document 1 (3 -> 2)"),
+        ([0, 3, 99, 9, 10, 13], "decrease at document 2 (99 -> 9)"),
+        ([0, 3, 5, 9, 10, 20], "last document offset is 20, expected the shard's 13 tokens"),
+        ([1, 3, 5, 9, 10, 13], "must start at 0, found [1]"),
     ],
     ids=["not-monotone", "beyond-file-inside", "beyond-file-at-end", "not-from-zero"],
 )
 def test_corpus_bad_offsets_are_refused_on_first_read_and_by_verify(
-    tmp_path, offsets, read_error, verify_error
+    tmp_path, offsets, verify_error
 ):
     path = small_corpus(tmp_path / "c")
     write_offsets(path, offsets)
     where = re.escape(str(path / "offsets-00000.bin"))
     src = gp.open_corpus(path)  # sizes match: offsets are read (and checked) lazily
-    rule = "must start at 0, never decrease and end at the shard's 13 tokens"
-    with pytest.raises(gp.CorpusError, match=f"{where}: document offsets {rule}.*{read_error}"):
+    # One check for reads and verify: the same message, naming the document.
+    rule = re.escape(verify_error)
+    with pytest.raises(gp.CorpusError, match=f"{where}: .*{rule}"):
         src.lengths  # noqa: B018
     with pytest.raises(gp.CorpusError, match=rule):
         src[0]

@@ -10,9 +10,9 @@ import grain
 import numpy as np
 import pytest
 
-from grainpack.corpus import open_corpus
-from grainpack.source import ShardRecord, TokenShardSource
-from grainpack.writer import write_corpus
+from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.source import OffsetsFile, ShardRecord, SplitAfter, TokenShardSource
+from grainpack.corpus.writer import write_corpus
 
 DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], [9], [], [10, 11]]  # shards at shard_tokens=4: 3 | 5 | 3
 
@@ -183,10 +183,9 @@ def test_source_round_trip_through_grain(tmp_path, dtype):
 
 
 def test_shard_record_validation():
-    with pytest.raises(ValueError, match="offsets_kind must be"):
-        ShardRecord("t.bin", 3, offsets_kind="bogus")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="needs offsets_path and num_documents"):
-        ShardRecord("t.bin", 3, offsets_kind="file")
+    assert ShardRecord("t.bin", 3).num_documents == 1  # a whole shard is one document
+    assert ShardRecord("t.bin", 3, OffsetsFile("o.bin", 5)).num_documents == 5
+    assert ShardRecord("t.bin", 3, SplitAfter(7)).num_documents is None  # known after a scan
     with pytest.raises(ValueError, match="must be >= 0"):
         ShardRecord("t.bin", -1)
 
@@ -194,10 +193,6 @@ def test_shard_record_validation():
 def test_source_constructor_validation(tmp_path):
     with pytest.raises(TypeError, match="integer dtype"):
         TokenShardSource([], dtype="float32", fingerprint="0")
-    with pytest.raises(ValueError, match="need eos_id"):
-        TokenShardSource(
-            [ShardRecord("t.bin", 1, offsets_kind="eos")], dtype="uint16", fingerprint="0"
-        )
     with pytest.raises(TypeError, match="ShardRecord"):
         TokenShardSource(["t.bin"], dtype="uint16", fingerprint="0")  # type: ignore[list-item]
 
@@ -209,7 +204,7 @@ def test_source_reads_records_from_any_byte_offset(tmp_path):
     src = TokenShardSource([record], dtype="uint16", fingerprint="ab" * 32)
     assert [src[0].tolist(), len(src)] == [[5, 6, 7, 8], 1]
     eos = TokenShardSource(
-        [ShardRecord(str(path), 4, byte_offset=3, offsets_kind="eos")],
+        [ShardRecord(str(path), 4, SplitAfter(6), byte_offset=3)],
         dtype="uint16",
         fingerprint="cd" * 32,
         eos_id=6,

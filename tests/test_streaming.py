@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grainpack.order import global_document_order
-from grainpack.packing import pack_documents
-from grainpack.streaming import StreamingCorpus
-from grainpack.writer import write_corpus
+from grainpack.corpus.writer import write_corpus
+from grainpack.index.orders import global_document_order
+from grainpack.reference.packing import pack_documents
+from grainpack.reference.streaming import StreamingCorpus
 
 DOCS = [np.array(d) for d in ([10, 11], [20], [30, 31, 32], [40], [50, 51])]
 

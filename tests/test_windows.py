@@ -8,9 +8,9 @@ import pickle
 import numpy as np
 import pytest
 
-from grainpack.mixing import BLOCK_SLOTS, choose_sources, cumulative_probabilities
-from grainpack.windows import MixedStream, PackedStream
-from grainpack.writer import write_corpus
+from grainpack.corpus.writer import write_corpus
+from grainpack.index.mixing import BLOCK_SLOTS, choose_sources, cumulative_probabilities
+from grainpack.reference.windows import MixedStream, PackedStream
 
 
 def write_seed_layout(directory, shards):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grainpack.corpus import CorpusError, open_corpus
-from grainpack.writer import CorpusWriter, write_corpus
+from grainpack.corpus.errors import CorpusError
+from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.writer import CorpusWriter, write_corpus
 
 DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], [9], [], [10, 11]]
 

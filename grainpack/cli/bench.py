@@ -1,0 +1,479 @@
+"""Benchmarks: loader throughput against the memcpy limit and two baselines, and index costs.
+
+:func:`run_benchmarks` writes (once, cached) a synthetic corpus of two uint16 sources with
+lognormal document lengths (median ~600 tokens, clipped at 32768), warms the page cache and
+measures, in one run, tokens/s (median of ``passes`` passes) of:
+
+* the limit: ``block + 1``-token rows copied from the memmap at sequential offsets;
+* the seed loop: ``MixedStream.next_batch``;
+* Grain's own packer: ``source -> shuffle -> to_iter_dataset -> ConcatThenSplit -> batch``;
+* grainpack ``make_dataset`` (documents with a boundary token, and windows; both sources
+  mixed; every output key), in-process and with 2 Grain worker processes;
+
+where the in-process time goes (microseconds per batch to plan, read and expand), and the
+index costs: the epoch plan of 10**7 documents (time, peak extra memory), the time to the
+first batch, and a restore at slot 10**8 (``set_state`` re-reads the batch before the
+checkpoint to check its digest, which is part of the cost).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grain
+import numpy as np
+import tqdm
+
+from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.writer import CorpusWriter
+from grainpack.index.stream import SourceRows
+from grainpack.pipeline.batches import PipelineBatches
+from grainpack.pipeline.config import PipelineConfig
+from grainpack.pipeline.dataset import batch_digest, make_dataset
+from grainpack.pipeline.elements import group_rows
+from grainpack.pipeline.expand import expand_rows
+from grainpack.reference.windows import MixedStream
+
+BLOCK, BATCH, SEED = 2048, 8, 0
+UNITS = ("documents", "windows")
+BOUNDARY_ID = VOCAB = 50256  # tokens are drawn from [0, 50256); the boundary is one past
+MEDIAN_LENGTH, SIGMA, MAX_LENGTH = 600, 1.0, 32768
+
+
+def document_lengths(num_tokens: int, *, seed: int = 0) -> np.ndarray:
+    """Lognormal document lengths (median 600, clipped to [1, 32768]) summing to ``num_tokens``.
+
+    Example:
+        >>> lengths = document_lengths(10**6)
+        >>> int(lengths.sum()), bool(400 < np.median(lengths) < 800)
+        (1000000, True)
+    """
+    rng = np.random.default_rng([seed, 0xBE4C])
+    chunks, total = [], 0
+    while total < num_tokens:
+        chunks.append(_lognormal(rng, num_tokens // 500 + 16))
+        total += int(chunks[-1].sum())
+    lengths = np.concatenate(chunks)
+    ends = np.cumsum(lengths)
+    n = int(np.searchsorted(ends, num_tokens)) + 1
+    lengths = lengths[:n]
+    lengths[-1] -= int(ends[n - 1]) - num_tokens
+    return lengths
+
+
+def _lognormal(rng: np.random.Generator, n: int) -> np.ndarray:
+    draw = rng.lognormal(np.log(MEDIAN_LENGTH), SIGMA, size=n)
+    return np.clip(draw, 1, MAX_LENGTH).astype(np.int64)
+
+
+def bench_corpus(directory: str | os.PathLike[str], num_tokens: int) -> dict[str, str]:
+    """Paths of the two synthetic sources ``a`` and ``b`` (``num_tokens // 2`` each) under
+    ``directory``, written unless a corpus of that size is already there."""
+    paths = {}
+    for k, name in enumerate(("a", "b")):
+        path = Path(directory) / name
+        paths[name] = str(path)
+        try:
+            if open_corpus(path).num_tokens == num_tokens // 2:
+                continue
+        except (OSError, ValueError):
+            pass
+        lengths = document_lengths(num_tokens // 2, seed=k)
+        rng = np.random.default_rng([k, 0x70C5])
+        with CorpusWriter(path, dtype="uint16", vocab_size=VOCAB + 1, overwrite=True) as writer:
+            ends = np.cumsum(lengths)
+            for lo in range(0, len(lengths), 4096):  # 4096 documents per random draw
+                hi = min(lo + 4096, len(lengths))
+                first = int(ends[lo - 1]) if lo else 0
+                tokens = rng.integers(0, VOCAB, size=int(ends[hi - 1]) - first, dtype=np.uint16)
+                for doc in np.split(tokens, ends[lo : hi - 1] - first):
+                    writer.add(doc)
+    return paths
+
+
+def _warm(paths: dict[str, str]) -> None:
+    buffer = bytearray(1 << 24)
+    for path in paths.values():
+        for shard in open_corpus(path).shards:
+            with open(shard.tokens_path, "rb") as f:
+                while f.readinto(buffer):
+                    pass
+
+
+def _rate(step: Callable[[], object], tokens: int, passes: int, seconds: float) -> list[float]:
+    """Tokens/s of ``step`` (``tokens`` per call) in each of ``passes`` timed passes."""
+    step()  # warm-up
+    rates = []
+    for _ in range(passes):
+        calls, t0 = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - t0) < seconds or not calls:
+            step()
+            calls += 1
+        rates.append(calls * tokens / elapsed)
+    return rates
+
+
+def _limit(path: str) -> Callable[[], object]:
+    shard = open_corpus(path).shards[0]
+    stream = np.asarray(
+        np.memmap(shard.tokens_path, np.uint16, "r", shard.byte_offset, (shard.num_tokens,))
+    )
+    width = BLOCK + 1
+    out = np.empty((BATCH, width), dtype=stream.dtype)
+    position = [0]
+
+    def step() -> None:
+        pos = position[0] if position[0] + BATCH * width <= len(stream) else 0
+        for i in range(BATCH):
+            out[i] = stream[pos + i * width : pos + (i + 1) * width]
+        position[0] = pos + BATCH * width
+
+    return step
+
+
+def _grain_packer(path: str) -> Callable[[], object]:
+    ds = (
+        grain.MapDataset.source(open_corpus(path))
+        .shuffle(seed=SEED)
+        .repeat()  # the quick corpus is smaller than a timed pass
+        .map(lambda d: {"tokens": d})
+        .to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
+    )
+    ds = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct={"tokens": BLOCK + 1})
+    iterator = iter(ds.batch(BATCH))
+    return lambda: next(iterator)
+
+
+def _batches(config: PipelineConfig) -> Callable[[], object]:
+    iterator = iter(make_dataset(config, process_index=0, process_count=1))
+    return lambda: next(iterator)
+
+
+def _stages(config: PipelineConfig, seconds: float) -> dict[str, float]:
+    """Microseconds per batch of each stage of the in-process loop, timed one after the
+    other over the same steps: planning chunks (index math), reading tokens (joins of
+    memmap views) and expanding them into model arrays (as the iterator groups them)."""
+    batches = PipelineBatches(config, process_count=1)
+    steps, rows, group = batches.steps_per_element, config.global_batch_size, group_rows(batches)
+    plans, t0 = [], time.perf_counter()
+    while time.perf_counter() - t0 < seconds or not plans:
+        plans.append(batches.packed_steps(len(plans) * steps, 0, steps=steps))
+    plan = time.perf_counter() - t0
+    read = expand = 0.0
+    for packed in plans:
+        reader = batches.reader(packed)
+        for first in range(0, steps * rows, group):
+            t0 = time.perf_counter()
+            tokens = reader.read(first, min(first + group, steps * rows))
+            t1 = time.perf_counter()
+            expand_rows(packed, tokens, first=first)
+            read, expand = read + t1 - t0, expand + time.perf_counter() - t1
+    n = len(plans) * steps / 1e6
+    return {"plan": plan / n, "read": read / n, "expand": expand / n}
+
+
+def _with_workers(config: PipelineConfig, passes: int, seconds: float) -> tuple[float, list]:
+    """Startup (to the first batch) and steady-state tokens/s with 2 Grain workers."""
+    t0 = time.perf_counter()
+    iterator = iter(make_dataset(config, process_index=0, process_count=1, worker_count=2))
+    next(iterator)
+    startup = time.perf_counter() - t0
+    width = BATCH * (BLOCK + 1)
+    _rate(lambda: next(iterator), width, 1, seconds)  # warm-up: the workers' buffers fill
+    rates = _rate(lambda: next(iterator), width, passes, seconds)
+    iterator.close()
+    return startup, rates
+
+
+def _configs(paths: dict[str, str]) -> dict[str, PipelineConfig]:
+    common = {"sources": paths, "block": BLOCK, "global_batch_size": BATCH, "seed": SEED}
+    return {
+        "documents": PipelineConfig(**common, boundary_id=BOUNDARY_ID),
+        "windows": PipelineConfig(**common, unit="windows"),
+    }
+
+
+def _plan_cost(num_documents: int, repeats: int) -> dict[str, float]:
+    lengths = _lognormal(np.random.default_rng(0), num_documents)
+
+    def build() -> SourceRows:
+        rows = SourceRows(lengths, unit="documents", block=BLOCK, seed=SEED, boundary=True)
+        rows.spans(0, np.arange(BATCH))
+        return rows
+
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        build()
+        times.append(time.perf_counter() - t0)
+    tracemalloc.start()  # numpy reports its allocations to tracemalloc
+    try:
+        build()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return {"documents": len(lengths), "seconds": min(times), "peak_extra_mib": peak / 2**20}
+
+
+def _first_batch(config: PipelineConfig, state: dict[str, int] | None = None) -> float:
+    t0 = time.perf_counter()
+    iterator = iter(make_dataset(config, process_index=0, process_count=1))
+    if state is not None:
+        iterator.set_state(state)
+    next(iterator)
+    return time.perf_counter() - t0
+
+
+def _restore_state(config: PipelineConfig, step: int) -> dict[str, int]:
+    """A checkpoint state at ``step`` with the digest of batch ``step - 1``, as saved."""
+    dataset = make_dataset(config, process_index=0, process_count=1)
+    state = iter(dataset).get_state()
+    return dict(state, step=step, digest=batch_digest(dataset.batches.batch(step - 1, 0)))
+
+
+def _machine() -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "memory_gib": None if memory is None else round(memory, 1),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "grain": getattr(grain, "__version__", "unknown"),
+    }
+
+
+THROUGHPUT_LABELS = {
+    "limit": "limit: memcpy of block+1 rows",
+    "seed_loop": "seed loop: MixedStream.next_batch",
+    "grain_packer": "Grain ConcatThenSplit packer",
+    "documents": "grainpack documents, in-process",
+    "windows": "grainpack windows, in-process",
+    "documents_workers": "grainpack documents, 2 workers",
+    "windows_workers": "grainpack windows, 2 workers",
+}
+
+
+def run_benchmarks(
+    *,
+    tokens: int = 200_000_000,
+    directory: str | os.PathLike[str] | None = None,
+    passes: int = 5,
+    quick: bool = False,
+    json_path: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Runs every benchmark, prints a table and returns (optionally writes) the results.
+
+    Worker processes need absl flags parsed in Grain 0.2.18 (google/grain#1355); they are
+    marked parsed here if they are not yet.
+
+    Args:
+      tokens: corpus size (half per source).
+      directory: where the corpus lives (default ``~/.cache/grainpack/bench-<tokens>``); it is
+        written once and reused.
+      passes: timed passes per measurement (the median is reported).
+      quick: tiny sizes for a smoke test (2M tokens, 10**5 plan documents, 2 short passes).
+      json_path: also write the results there as JSON.
+      progress: show which measurement runs (a progress bar on stderr).
+
+    Returns:
+      ``{"machine", "date", "settings", "corpus", "throughput", "index", "targets"}``;
+      ``throughput[name]`` holds ``tokens_per_s``, ``ratio_to_limit`` and ``passes``.
+
+    Example:
+      >>> results = run_benchmarks(quick=True)  # doctest: +SKIP
+      >>> results["throughput"]["documents"]["ratio_to_limit"]  # doctest: +SKIP
+      0.0198...
+    """
+    if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+        raise ValueError(f"passes must be an int >= 1; got {passes=}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 4 * (BLOCK + 1):
+        raise ValueError(f"tokens must be an int >= {4 * (BLOCK + 1)}; got {tokens=}")
+    if quick:
+        tokens, passes = min(tokens, 2_000_000), min(passes, 2)
+    seconds, plan_documents, slot = (0.05, 10**5, 10**6) if quick else (1.0, 10**7, 10**8)
+    if directory is None:
+        directory = Path.home() / ".cache" / "grainpack" / f"bench-{tokens}"
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+    t0 = time.perf_counter()
+    paths = bench_corpus(directory, tokens)
+    setup = time.perf_counter() - t0
+    _warm(paths)
+    corpora = [open_corpus(p) for p in paths.values()]
+    lengths = np.concatenate([c.lengths for c in corpora])
+    configs = _configs(paths)
+    width = BATCH * (BLOCK + 1)
+
+    mix = MixedStream(paths, BLOCK, SEED)
+    steps: dict[str, Callable[[], object]] = {
+        "limit": _limit(paths["a"]),
+        "seed_loop": lambda: mix.next_batch(BATCH),
+        "grain_packer": _grain_packer(paths["a"]),
+        "documents": _batches(configs["documents"]),
+        "windows": _batches(configs["windows"]),
+    }
+    labels = [*steps, "documents_workers", "windows_workers", "index costs"]
+    bar = tqdm.tqdm(labels, desc="bench", unit="stage", disable=not progress, file=sys.stderr)
+    rates = {}
+    for name, step in steps.items():
+        bar.set_postfix_str(THROUGHPUT_LABELS[name])
+        rates[name] = _rate(step, width, passes, seconds)
+        bar.update()
+    startup = {}
+    for unit in ("documents", "windows"):
+        bar.set_postfix_str(THROUGHPUT_LABELS[f"{unit}_workers"])
+        startup[unit], rates[f"{unit}_workers"] = _with_workers(configs[unit], passes, seconds)
+        bar.update()
+    bar.set_postfix_str("index costs")
+
+    limit = statistics.median(rates["limit"])
+    throughput = {
+        name: {
+            "label": THROUGHPUT_LABELS[name],
+            "tokens_per_s": statistics.median(r),
+            "ratio_to_limit": statistics.median(r) / limit,
+            "passes": r,
+        }
+        for name, r in rates.items()
+    }
+    step = slot // BATCH
+    state = _restore_state(configs["documents"], step)
+    index = {
+        "plan": _plan_cost(plan_documents, 1 if quick else 3),
+        "first_batch_seconds": min(_first_batch(configs["documents"]) for _ in range(3)),
+        "restore": {"slot": step * BATCH, "seconds": _first_batch(configs["documents"], state)},
+        "worker_startup_seconds": startup,
+    }
+    breakdown = {unit: _stages(configs[unit], seconds) for unit in UNITS}
+    bar.update()
+    bar.close()
+    results = {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": _machine(),
+        "settings": {"block": BLOCK, "batch": BATCH, "passes": passes, "pass_seconds": seconds},
+        "corpus": {
+            "directory": str(directory),
+            "tokens": int(lengths.sum()),
+            "documents": len(lengths),
+            "median_length": float(np.median(lengths)),
+            "max_length": int(lengths.max()),
+            "setup_seconds": setup,
+        },
+        "throughput": throughput,
+        "stages_us_per_batch": breakdown,
+        "index": index,
+    }
+    results["targets"] = _targets(results)
+    print(format_table(results))
+    if json_path is not None:
+        Path(json_path).write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets: (name, measured value, bound, met)."""
+    t, index = results["throughput"], results["index"]
+    ratios = [t[u]["ratio_to_limit"] for u in ("documents", "windows")]
+    workers = min(
+        t[f"{u}_workers"]["tokens_per_s"] / t[u]["tokens_per_s"] for u in ("documents", "windows")
+    )
+    rows = [
+        ("make_dataset in-process, worst unit (x limit)", min(ratios), ">=", 0.15),
+        ("make_dataset in-process, best unit (aim, x limit)", max(ratios), ">=", 0.3),
+        ("2 workers / in-process (worst unit)", workers, ">=", 1.0),
+        (
+            f"epoch plan of {index['plan']['documents']:,} documents, s",
+            index["plan"]["seconds"],
+            "<=",
+            3.0,
+        ),
+        ("epoch plan, peak extra MiB", index["plan"]["peak_extra_mib"], "<=", 1024.0),
+        ("first batch, s", index["first_batch_seconds"], "<=", 1.0),
+        (
+            f"restore at slot {index['restore']['slot']:,}, s",
+            index["restore"]["seconds"],
+            "<=",
+            1.0,
+        ),
+    ]
+    return [
+        {"target": name, "value": v, "bound": f"{op} {b}", "met": v >= b if op == ">=" else v <= b}
+        for name, v, op, b in rows
+    ]
+
+
+def format_table(results: dict[str, Any], *, markdown: bool = False) -> str:
+    """The results of :func:`run_benchmarks` as a text (or Markdown) table."""
+    c, s, m, index = results["corpus"], results["settings"], results["machine"], results["index"]
+    head = (
+        f"{c['tokens']:,} tokens in {c['documents']:,} documents (2 sources, median "
+        f"{c['median_length']:.0f}, max {c['max_length']:,}), block {s['block']}, batch "
+        f"{s['batch']}, median of {s['passes']} passes; {m['cpu_count']} CPUs ({m['cpu']}), "
+        f"numpy {m['numpy']}, grain {m['grain']}, {results['date']}"
+    )
+    plan, restore = index["plan"], index["restore"]
+    sections = [
+        [("throughput", "M tokens/s", "x limit")]
+        + [
+            (e["label"], f"{e['tokens_per_s'] / 1e6:,.1f}", f"{e['ratio_to_limit']:.4f}")
+            for e in results["throughput"].values()
+        ],
+        [("in-process stage, µs per batch", "documents", "windows")]
+        + [
+            (stage, *(f"{results['stages_us_per_batch'][u][stage]:.1f}" for u in UNITS))
+            for stage in ("plan", "read", "expand")
+        ],
+        [
+            ("index costs", "value", ""),
+            (f"epoch plan, {plan['documents']:,} documents", f"{plan['seconds']:.2f} s", ""),
+            ("epoch plan, peak extra memory", f"{plan['peak_extra_mib']:.0f} MiB", ""),
+            ("first batch of make_dataset", f"{index['first_batch_seconds']:.3f} s", ""),
+            (f"restore at slot {restore['slot']:,}", f"{restore['seconds']:.3f} s", ""),
+        ]
+        + [
+            (f"2-worker startup ({unit}, to the first batch)", f"{sec:.2f} s", "")
+            for unit, sec in index["worker_startup_seconds"].items()
+        ],
+        [("target", "value", "met")]
+        + [
+            (f"{t['target']} {t['bound']}", f"{t['value']:.3g}", "yes" if t["met"] else "NO")
+            for t in results["targets"]
+        ],
+    ]
+    lines = [head]
+    w = max(len(row[0]) for rows in sections for row in rows)
+    for rows in sections:
+        lines.append("")
+        if markdown:
+            lines += [f"| {' | '.join(rows[0])} |", "|---|---:|---:|"]
+            lines += [f"| {' | '.join(row)} |" for row in rows[1:]]
+        else:
+            lines += [f"{a:<{w}}  {b:>12}  {c:>8}" for a, b, c in rows]
+    return "\n".join(lines)

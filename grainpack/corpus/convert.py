@@ -1,0 +1,248 @@
+"""Converters into the native corpus format: ``.npy`` arrays, JSON lines, any readable corpus.
+
+Every converter streams document by document through :class:`~grainpack.corpus.CorpusWriter`,
+so a failed conversion leaves no manifest (the output never opens as a complete corpus).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tqdm
+
+from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.writer import CorpusWriter
+
+__all__ = ["convert_corpus", "convert_jsonl", "convert_npy"]
+
+PathLike = str | os.PathLike[str]
+
+
+def _input_files(paths: PathLike | Sequence[PathLike], suffixes: tuple[str, ...]) -> list[Path]:
+    """Paths in the given order; a directory stands for its files with ``suffixes``, sorted."""
+    items = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    files: list[Path] = []
+    for item in map(Path, items):
+        if item.is_dir():
+            found = sorted(p for p in item.iterdir() if p.name.endswith(suffixes))
+            if not found:
+                raise ValueError(f"{item}: directory holds no {'/'.join(suffixes)} files")
+            files.extend(found)
+        elif item.is_file():
+            files.append(item)
+        else:
+            raise FileNotFoundError(f"{item}: no such input file or directory")
+    if not files:
+        raise ValueError(f"expected at least one input file, got {paths=}")
+    return files
+
+
+def _add(writer: CorpusWriter, tokens: Any, where: str) -> None:
+    try:
+        writer.add(tokens)
+    except (ValueError, TypeError) as err:
+        raise type(err)(f"{where}: {err}") from err
+
+
+@contextlib.contextmanager
+def _writing(
+    out: PathLike,
+    overwrite: bool,
+    options: dict[str, Any],
+    *,
+    total: int,
+    unit: str,
+    progress: bool,
+) -> Iterator[tuple[CorpusWriter, tqdm.tqdm]]:
+    """A ``CorpusWriter`` at ``out`` and a progress bar over ``total`` ``unit``s."""
+    with (
+        CorpusWriter(out, overwrite=overwrite, **options) as writer,
+        tqdm.tqdm(total=total, unit=unit, unit_scale=True, disable=not progress) as bar,
+    ):
+        yield writer, bar
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as err:
+        raise ValueError(f"{path}: not a plain .npy token array ({err})") from err
+    if not isinstance(array, np.ndarray) or array.ndim not in (1, 2):
+        raise ValueError(
+            f"{path}: expected a 1-D array (one document) or a 2-D array (one "
+            f"document per row), found shape {getattr(array, 'shape', None)}"
+        )
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{path}: expected integer token ids, found dtype {array.dtype}")
+    return array
+
+
+def convert_npy(
+    paths: PathLike | Sequence[PathLike],
+    out: PathLike,
+    *,
+    dtype: str = "uint16",
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
+    shard_tokens: int = 1 << 28,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> TokenShardSource:
+    """Converts ``.npy`` token arrays into a native corpus at ``out``.
+
+    A 1-D integer array is one document; a 2-D array is one document per row (rows are stored
+    whole: padding is not removed). Files are read in the given order; a directory stands for
+    its ``*.npy`` files in sorted order. Options are those of ``CorpusWriter``.
+
+    Raises:
+        ValueError/TypeError: A file is not a 1-D/2-D integer array, or an id does not fit
+            (the message names the file and the row).
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> d = tempfile.mkdtemp()
+        >>> np.save(f"{d}/a.npy", np.array([[1, 2], [3, 4]]))
+        >>> [x.tolist() for x in convert_npy(f"{d}/a.npy", f"{d}/out")]
+        [[1, 2], [3, 4]]
+    """
+    arrays = [(path, _load_npy(path)) for path in _input_files(paths, (".npy",))]
+    total = sum(a.size for _, a in arrays)
+    options = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, shard_tokens=shard_tokens)
+    with _writing(out, overwrite, options, total=total, unit="tok", progress=progress) as (
+        writer,
+        bar,
+    ):
+        for path, array in arrays:
+            rows = array[None] if array.ndim == 1 else array
+            for r, row in enumerate(rows):
+                _add(writer, np.asarray(row), f"{path} row {r}")
+                bar.update(row.size)
+    return open_corpus(out)
+
+
+def _jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        yield from enumerate(f, start=1)
+
+
+def convert_jsonl(
+    paths: PathLike | Sequence[PathLike],
+    out: PathLike,
+    *,
+    field: str = "input_ids",
+    dtype: str = "uint16",
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
+    shard_tokens: int = 1 << 28,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> TokenShardSource:
+    """Converts JSON-lines files (``.jsonl``, ``.jsonl.gz``) into a native corpus at ``out``.
+
+    Each non-blank line is a JSON object whose ``field`` is a list of token ids: one document.
+    Blank lines are skipped. A directory stands for its ``*.jsonl``/``*.jsonl.gz`` files, sorted.
+
+    Raises:
+        ValueError: A line is not JSON, lacks ``field``, or holds bad ids (names ``file:line``).
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> _ = open(f"{d}/a.jsonl", "w").write('{"input_ids": [5, 6]}\\n{"input_ids": []}\\n')
+        >>> [x.tolist() for x in convert_jsonl(f"{d}/a.jsonl", f"{d}/out")]
+        [[5, 6], []]
+    """
+    files = _input_files(paths, (".jsonl", ".jsonl.gz"))
+    total = sum(f.stat().st_size for f in files)
+    options = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, shard_tokens=shard_tokens)
+    with _writing(out, overwrite, options, total=total, unit="B", progress=progress) as (
+        writer,
+        bar,
+    ):
+        for path in files:
+            for lineno, line in _jsonl_lines(path):
+                bar.update(len(line))  # approximate for .gz files (uncompressed bytes)
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ValueError(
+                        f"{path}:{lineno}: invalid JSON ({err.msg}); each line must "
+                        "be one JSON object"
+                    ) from None
+                ids = record.get(field) if isinstance(record, dict) else None
+                if not isinstance(ids, list):
+                    found = sorted(record) if isinstance(record, dict) else type(record).__name__
+                    raise ValueError(
+                        f"{path}:{lineno}: expected an object with a list of ids in "
+                        f"{field=}, found {found}; pass field=<name>"
+                    )
+                try:
+                    writer.add(ids)
+                except (ValueError, TypeError) as err:
+                    raise ValueError(f"{path}:{lineno}: {err}") from err
+    return open_corpus(out)
+
+
+def convert_corpus(
+    src_path: PathLike,
+    out: PathLike,
+    *,
+    dtype: str | None = None,
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
+    shard_tokens: int = 1 << 28,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> TokenShardSource:
+    """Converts anything :func:`~grainpack.corpus.open_corpus` reads into a native corpus.
+
+    Args:
+        src_path: A seed-layout directory, a Megatron prefix, or a native corpus.
+        out: Output directory (must differ from ``src_path``).
+        dtype: Output dtype; default ``"uint16"`` for sources of at most 2 bytes per token,
+            else ``"uint32"`` (ids are validated either way; nothing wraps).
+        vocab_size: Default: the source's.
+        eos_id: Used to read ``src_path`` (seed layout: split after each eos) and recorded in
+            the output manifest; default: the source's.
+        shard_tokens, overwrite: As for ``CorpusWriter``.
+        progress: Show a tqdm progress bar over tokens.
+
+    Example:
+        >>> import tempfile
+        >>> from grainpack.corpus.writer import write_corpus
+        >>> d = tempfile.mkdtemp()
+        >>> _ = write_corpus(f"{d}/a", [[1, 2], [3]])
+        >>> [x.tolist() for x in convert_corpus(f"{d}/a", f"{d}/b", dtype="uint32")]
+        [[1, 2], [3]]
+    """
+    if Path(src_path).resolve() == Path(out).resolve():
+        raise ValueError(f"out must differ from src_path, got {out=}; write to a new directory")
+    src = open_corpus(src_path, eos_id=eos_id)
+    if dtype is None:
+        dtype = "uint16" if src.dtype.itemsize <= 2 else "uint32"
+    options = dict(
+        dtype=dtype,
+        vocab_size=src.vocab_size if vocab_size is None else vocab_size,
+        eos_id=src.eos_id if eos_id is None else eos_id,
+        shard_tokens=shard_tokens,
+    )
+    with _writing(out, overwrite, options, total=src.num_tokens, unit="tok", progress=progress) as (
+        writer,
+        bar,
+    ):
+        for i in range(len(src)):
+            doc = src[i]
+            _add(writer, doc, str(src_path))
+            bar.update(doc.size)
+    return open_corpus(out)

@@ -1,0 +1,75 @@
+"""``open_corpus``: the one entry that knows every on-disk format.
+
+A directory with ``manifest.json`` is a native corpus (:mod:`grainpack.corpus.native`), a
+directory with ``index.json`` the window loader's flat-shard layout
+(:mod:`grainpack.corpus.flat`), and a ``PREFIX`` with ``PREFIX.bin``/``PREFIX.idx`` a
+Megatron-LM indexed dataset (:mod:`grainpack.corpus.megatron`). Each becomes a
+:class:`~grainpack.corpus.source.TokenShardSource` without conversion.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grainpack.checks import is_int
+from grainpack.corpus.errors import CorpusError, CorpusNotFoundError
+from grainpack.corpus.flat import open_flat_layout
+from grainpack.corpus.megatron import open_megatron
+from grainpack.corpus.native import MANIFEST_NAME, PathLike, not_a_corpus, open_native, plain_int
+from grainpack.corpus.source import TokenShardSource
+
+__all__ = ["fingerprint", "open_corpus"]
+
+
+def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSource:
+    """Opens a native corpus, a flat-shard ``index.json`` directory or a Megatron prefix.
+
+    Args:
+        path: A directory with ``manifest.json`` (native) or ``index.json`` (flat-shard
+            layout: shard file name -> uint16 token count), or a Megatron ``PREFIX`` (also
+            accepted: ``PREFIX.bin`` / ``PREFIX.idx``).
+        eos_id: Flat-shard layout: split each shard after every ``eos_id`` (a document ends with its
+            eos; tokens after the last eos form a final document); without it each non-empty
+            shard is one document. Native/Megatron: recorded on the source only (a native
+            corpus's own ``eos_id`` must agree).
+
+    Raises:
+        CorpusNotFoundError: Nothing exists at ``path`` (a ``FileNotFoundError`` and a
+            ``ValueError``).
+        CorpusError: (a ``ValueError``) ``path`` is not a corpus, or is malformed/incomplete.
+
+    Example:
+        >>> import tempfile
+        >>> from grainpack.corpus.writer import write_corpus
+        >>> path = tempfile.mkdtemp()
+        >>> _ = write_corpus(path, [[1], [2, 3]])
+        >>> src = open_corpus(path)
+        >>> len(src), src.num_tokens, src[1].tolist()
+        (2, 3, [2, 3])
+    """
+    eos_id = plain_int(eos_id)
+    if eos_id is not None and (not is_int(eos_id) or eos_id < 0):
+        raise ValueError(f"eos_id must be a non-negative int or None, got {eos_id=}")
+    p = Path(path)
+    if p.is_dir():
+        if (p / MANIFEST_NAME).is_file():
+            return open_native(p, eos_id)
+        if (p / "index.json").is_file():
+            return open_flat_layout(p, eos_id=eos_id)
+        raise CorpusError(not_a_corpus(p))
+    prefix = p.with_suffix("") if p.suffix in (".bin", ".idx") else p
+    if Path(f"{prefix}.idx").exists() or Path(f"{prefix}.bin").exists():
+        return open_megatron(prefix, eos_id=eos_id)
+    if not p.exists():
+        raise CorpusNotFoundError(not_a_corpus(p).replace("is not a corpus", "does not exist"))
+    raise CorpusError(not_a_corpus(p))
+
+
+def fingerprint(path: PathLike, *, eos_id: int | None = None) -> str:
+    """Content-derived hex digest of the corpus at ``path`` (see :func:`open_corpus`).
+
+    Native: sha256 of the canonical manifest JSON (which holds every file's sha256).
+    Flat-shard layout: sha256 over index.json, ``eos_id`` and the shard file sizes.
+    Megatron: sha256 over the ``.idx`` bytes and the ``.bin`` size.
+    """
+    return open_corpus(path, eos_id=eos_id).fingerprint

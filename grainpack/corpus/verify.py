@@ -1,0 +1,241 @@
+"""Deep corpus checks (``grainpack verify``) and corpus statistics (``grainpack inspect``).
+
+Invariant: :func:`verify_corpus` either returns a report or raises :class:`CorpusError` whose
+message names the file and the first problem found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tqdm
+
+from grainpack.corpus.errors import CorpusError
+from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.native import MANIFEST_NAME, read_manifest
+from grainpack.corpus.source import TokenShardSource, check_offsets
+
+__all__ = ["CorpusError", "VerifyReport", "describe_corpus", "verify_corpus"]
+
+# Tokens per scan step: 16M tokens = 32-64 MB of memory whatever the corpus size.
+CHUNK_TOKENS = 1 << 24
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    """What :func:`verify_corpus` checked and found.
+
+    Attributes:
+        path: The corpus path as given.
+        kind: ``"grainpack"``, ``"seed-layout"`` or ``"megatron"``.
+        num_documents, num_tokens, num_shards: Sizes.
+        dtype: Token dtype name.
+        vocab_size: Vocabulary size if recorded (then every id was checked against it).
+        max_token_id: Largest token id (``None`` for an empty corpus).
+        fingerprint: The source's fingerprint.
+        checks: Human-readable names of the checks that passed.
+    """
+
+    path: str
+    kind: str
+    num_documents: int
+    num_tokens: int
+    num_shards: int
+    dtype: str
+    vocab_size: int | None
+    max_token_id: int | None
+    fingerprint: str
+    checks: tuple[str, ...]
+
+
+def _kind(path: Path) -> str:
+    if path.is_dir():
+        return "grainpack" if (path / MANIFEST_NAME).is_file() else "seed-layout"
+    return "megatron"
+
+
+def _scan_ids(
+    tokens: np.ndarray, position: int, vocab_size: int | None, where: str
+) -> tuple[int, int]:
+    """(min, max) of a non-empty chunk; raises if an id is negative or >= vocab_size."""
+    low, high = int(tokens.min()), int(tokens.max())
+    bad = tokens < 0 if low < 0 else None
+    if bad is None and vocab_size is not None and high >= vocab_size:
+        bad = tokens >= vocab_size
+    if bad is not None:
+        i = int(np.argmax(bad))
+        limit = "negative" if tokens[i] < 0 else f">= vocab_size={vocab_size}"
+        raise CorpusError(
+            f"{where}: token id {tokens[i]} at stream position {position + i} is "
+            f"{limit}; rebuild the corpus with correct ids"
+        )
+    return low, high
+
+
+def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> int | None:
+    """Checksums, offsets and ids of every shard file; returns the max token id."""
+    m = read_manifest(path)
+    dtype = np.dtype(m["dtype"]).newbyteorder("<")
+    high: int | None = None
+    position = 0
+    for s in m["shards"]:
+        tokens_file, offsets_file = path / s["tokens_file"], path / s["offsets_file"]
+        raw = offsets_file.read_bytes()
+        if hashlib.sha256(raw).hexdigest() != s["offsets_sha256"]:
+            raise CorpusError(
+                f"{offsets_file}: sha256 mismatch with {MANIFEST_NAME}: the file "
+                "changed after writing (corrupt); rebuild the corpus"
+            )
+        check_offsets(np.frombuffer(raw, "<i8"), s["num_tokens"], str(offsets_file))
+        digest = hashlib.sha256()
+        with open(tokens_file, "rb") as f:
+            while chunk := f.read(chunk_tokens * dtype.itemsize):
+                digest.update(chunk)
+                tokens = np.frombuffer(chunk, dtype)
+                _, h = _scan_ids(tokens, position, m["vocab_size"], str(tokens_file))
+                high = h if high is None else max(high, h)
+                position += tokens.size
+                bar.update(tokens.size)
+        if digest.hexdigest() != s["tokens_sha256"]:
+            raise CorpusError(
+                f"{tokens_file}: sha256 mismatch with {MANIFEST_NAME}: the file "
+                "changed after writing (corrupt); rebuild the corpus"
+            )
+    return high
+
+
+def _scan_source(
+    source: TokenShardSource, bar: tqdm.tqdm, chunk_tokens: int, where: str | None
+) -> int | None:
+    """Max token id of the stream (chunked reads); with ``where``, raises on ids out of range."""
+    high: int | None = None
+    buffer = np.empty(min(chunk_tokens, source.num_tokens), source.dtype)
+    for start in range(0, source.num_tokens, chunk_tokens):
+        chunk = buffer[: min(chunk_tokens, source.num_tokens - start)]
+        source.read_into(chunk, start)
+        if where is None:
+            h = int(chunk.max())
+        else:
+            _, h = _scan_ids(chunk, start, source.vocab_size, where)
+        high = h if high is None else max(high, h)
+        bar.update(chunk.size)
+    return high
+
+
+def verify_corpus(
+    path: str | os.PathLike[str],
+    *,
+    eos_id: int | None = None,
+    progress: bool = False,
+    chunk_tokens: int = CHUNK_TOKENS,
+) -> VerifyReport:
+    """Checks a corpus end to end and reports what it holds.
+
+    Native corpora: manifest schema, file sizes against the counts (truncation), sha256 of every
+    file (flipped bytes), offsets (start 0, never decreasing, end = shard tokens), ids < vocab
+    size when recorded. Seed layout and Megatron: index structure and sizes, offsets, ids >= 0.
+    Token files are scanned ``chunk_tokens`` at a time, so memory stays bounded.
+
+    Args:
+        path: Anything :func:`~grainpack.corpus.open_corpus` accepts.
+        eos_id: Passed to ``open_corpus`` (seed layout: split documents at eos).
+        progress: Show a tqdm progress bar over tokens.
+        chunk_tokens: Tokens per scan step.
+
+    Raises:
+        CorpusError: (a ``ValueError``) naming the file and the first problem.
+
+    Example:
+        >>> import tempfile
+        >>> from grainpack.corpus.writer import write_corpus
+        >>> d = tempfile.mkdtemp()
+        >>> _ = write_corpus(d, [[1, 2], [3]], vocab_size=4)
+        >>> report = verify_corpus(d)
+        >>> report.num_documents, report.num_tokens, report.max_token_id
+        (2, 3, 3)
+    """
+    if not isinstance(chunk_tokens, int) or chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be a positive int, got {chunk_tokens=}")
+    p = Path(path)
+    source = open_corpus(p, eos_id=eos_id)  # structure, manifest schema, file sizes
+    kind = _kind(p)
+    checks = ["manifest schema", "file sizes"] if kind == "grainpack" else ["index", "file sizes"]
+    with tqdm.tqdm(
+        total=source.num_tokens, unit="tok", unit_scale=True, disable=not progress
+    ) as bar:
+        if kind == "grainpack":
+            high = _verify_native_files(p, bar, chunk_tokens)
+            checks += ["sha256 checksums", "shard offsets"]
+        else:
+            high = _scan_source(source, bar, chunk_tokens, str(path))
+    check_offsets(source.offsets, source.num_tokens, str(path))
+    checks += ["document offsets", "token ids >= 0"]
+    if source.vocab_size is not None:
+        checks.append(f"token ids < vocab_size={source.vocab_size}")
+    return VerifyReport(
+        path=str(path),
+        kind=kind,
+        num_documents=len(source),
+        num_tokens=source.num_tokens,
+        num_shards=len(source.shards),
+        dtype=source.dtype.name,
+        vocab_size=source.vocab_size,
+        max_token_id=high,
+        fingerprint=source.fingerprint,
+        checks=tuple(checks),
+    )
+
+
+def describe_corpus(
+    source: TokenShardSource | str | os.PathLike[str],
+    *,
+    progress: bool = False,
+    chunk_tokens: int = CHUNK_TOKENS,
+) -> dict[str, Any]:
+    """Corpus statistics for ``grainpack inspect`` (JSON-serialisable plain types).
+
+    ``source`` is an opened corpus or a path for :func:`~grainpack.corpus.open_corpus`.
+
+    Keys: ``documents``, ``tokens``, ``dtype``, ``vocab_size``, ``eos_id``, ``shards``,
+    ``fingerprint``, ``empty_documents``, ``length`` (document-length ``p0``, ``p50``, ``p90``,
+    ``p99``, ``p100`` by linear interpolation, and ``mean``; ``None`` without documents) and
+    ``max_token_id`` (chunked scan of the tokens; ``None`` without tokens).
+
+    Example:
+        >>> import tempfile
+        >>> from grainpack.corpus.writer import write_corpus
+        >>> stats = describe_corpus(write_corpus(tempfile.mkdtemp(), [[1, 2], [], [9]]))
+        >>> stats["documents"], stats["empty_documents"], stats["max_token_id"]
+        (3, 1, 9)
+        >>> stats["length"]
+        {'p0': 0.0, 'p50': 1.0, 'p90': 1.8, 'p99': 1.98, 'p100': 2.0, 'mean': 1.0}
+    """
+    if isinstance(source, str | os.PathLike):
+        source = open_corpus(source)
+    lengths = source.lengths
+    length = None
+    if lengths.size:
+        p0, p50, p90, p99, p100 = np.percentile(lengths, [0, 50, 90, 99, 100]).tolist()
+        length = {"p0": p0, "p50": p50, "p90": p90, "p99": p99, "p100": p100}
+        length["mean"] = float(lengths.mean())
+    with tqdm.tqdm(
+        total=source.num_tokens, unit="tok", unit_scale=True, disable=not progress
+    ) as bar:
+        high = _scan_source(source, bar, chunk_tokens, None)
+    return {
+        "documents": len(source),
+        "tokens": source.num_tokens,
+        "dtype": source.dtype.name,
+        "vocab_size": source.vocab_size,
+        "eos_id": source.eos_id,
+        "shards": len(source.shards),
+        "fingerprint": source.fingerprint,
+        "empty_documents": int((lengths == 0).sum()),
+        "length": length,
+        "max_token_id": high,
+    }

@@ -1,0 +1,2 @@
+"""Curriculum: ready-made sequence selectors, the length bandit and the contract of online
+schedules with the training loop."""

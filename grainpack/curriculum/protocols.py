@@ -1,0 +1,156 @@
+"""What selectors can do, as runtime-checkable protocols, and one way to describe them.
+
+The pipeline needs only ``__call__(order, seed, epoch) -> order``
+(:class:`~grainpack.index.orders.SequenceSelector`). Two capabilities change how it runs:
+
+* :class:`BindsToSource`: ``bind(name, corpus)`` gives the selector to use for one source
+  (lengths from that source; :class:`~grainpack.curriculum.selectors.PerSource` picks one by
+  name). The pipeline binds every source's selector before use.
+* :class:`AdaptsOnline`: decisions depend on rewards the training loop reports
+  (:mod:`grainpack.curriculum.online`). Only then does the pipeline plan one step per Grain
+  element, so no batch is planned before the updates it depends on.
+
+Composite selectors expose their parts (:class:`HasComponents`), so a capability anywhere
+inside is found by :func:`adapts_online`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from grainpack.index.orders import SequenceSelector
+
+__all__ = [
+    "AdaptsOnline",
+    "BindsToSource",
+    "HasComponents",
+    "HasLengths",
+    "RateSchedule",
+    "Reports",
+    "Selector",
+    "adapts_online",
+    "bind_selector",
+    "describe_selector",
+]
+
+
+class HasLengths(Protocol):
+    """A corpus exposing per-document token counts (``TokenShardSource`` does)."""
+
+    @property
+    def lengths(self) -> np.ndarray: ...
+
+
+@runtime_checkable
+class RateSchedule(Protocol):
+    """Keep rate per length bucket for each epoch; each rate is in ``[0, 1]``."""
+
+    @property
+    def num_buckets(self) -> int: ...
+
+    def rates(self, epoch: int) -> tuple[float, ...]: ...
+
+
+@runtime_checkable
+class BindsToSource(Protocol):
+    """``bind(name, corpus)``: the selector for pipeline source ``name`` (or ``None``: no
+    selection for that source)."""
+
+    def bind(self, name: str, corpus: HasLengths) -> SequenceSelector | None: ...
+
+
+@runtime_checkable
+class AdaptsOnline(Protocol):
+    """Decisions learned from rewards the training loop reports, with state to checkpoint
+    (the contract is in :mod:`grainpack.curriculum.online`)."""
+
+    def update(self, epoch: int, rewards: Sequence[float]) -> Any: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class Reports(Protocol):
+    """``report(order, seed, epoch)``: what a selector kept, for logging."""
+
+    def report(self, order: np.ndarray, seed: int, epoch: int) -> Any: ...
+
+
+@runtime_checkable
+class HasComponents(Protocol):
+    """A composite (a chain, per-source selectors, buckets driven by a schedule)."""
+
+    @property
+    def components(self) -> tuple[object, ...]: ...
+
+
+class Selector(SequenceSelector, BindsToSource, Reports, Protocol):
+    """The ready-made selectors' contract.
+
+    ``__call__(order, seed, epoch)`` returns a subset of ``order``, each id at most once. It
+    must be a pure function of its arguments and the selector's state, pickle small, and have
+    a stable, content-derived ``repr`` (the repr goes into the pipeline fingerprint).
+    ``report(order, seed, epoch)`` returns what was kept, for logging. ``bind(name, corpus)``
+    returns the selector to use for source ``name``, or ``None`` for no selection.
+    """
+
+
+def adapts_online(obj: object) -> bool:
+    """Whether ``obj`` or any of its components learns online (:class:`AdaptsOnline`).
+
+    Example:
+      >>> import grainpack as gp
+      >>> static = gp.LengthBuckets(edges=(512,), rates=(1.0, 0.5))
+      >>> adapts_online(static), adapts_online(gp.Chain(static, gp.LengthBuckets(
+      ...     edges=(512,), rates=gp.LengthBandit(2))))
+      (False, True)
+    """
+    if isinstance(obj, AdaptsOnline):
+        return True
+    return isinstance(obj, HasComponents) and any(adapts_online(c) for c in obj.components)
+
+
+def bind_selector(
+    selector: SequenceSelector | BindsToSource | None, name: str, corpus: HasLengths
+) -> SequenceSelector | None:
+    """The selector to apply to pipeline source ``name``: ``selector.bind(name, corpus)``
+    for a :class:`BindsToSource`, else ``selector`` itself."""
+    if isinstance(selector, BindsToSource):
+        selector = selector.bind(name, corpus)
+    if selector is not None and not callable(selector):
+        raise TypeError(
+            f"the selector for source {name!r} is not callable (order, seed, epoch) -> order: "
+            f"{selector!r}"
+        )
+    return selector
+
+
+def describe_selector(selector: object, *, allow_local: bool = False) -> str:
+    """Stable text for a selector: ``module.name`` for functions, else its ``repr``.
+
+    Args:
+      selector: a selector (a function or an object with a content-derived ``repr``).
+      allow_local: accept lambdas and local functions (in-process use only).
+
+    Raises:
+      TypeError: a lambda or a local function without ``allow_local`` (it cannot be pickled
+        into Grain workers and has no stable name).
+
+    Example:
+      >>> describe_selector(describe_selector)
+      'grainpack.curriculum.protocols.describe_selector'
+    """
+    name = getattr(selector, "__qualname__", None)
+    if name is None:
+        return repr(selector)
+    if "<" in name and not allow_local:
+        raise TypeError(
+            f"selector {name!r} is a lambda or a local function: it cannot be pickled into "
+            "Grain workers and has no stable name; define it at module level"
+        )
+    return f"{selector.__module__}.{name}"

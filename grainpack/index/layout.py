@@ -1,0 +1,301 @@
+"""Row layout: spans of a batch's rows -> the layout and *read table* (index math, no tokens).
+
+:func:`pack_rows` turns the spans of every (source, epoch) in a batch into a
+:class:`PackedRows` record: where each segment of the ``(rows, block)`` inputs starts, and the
+pieces that tile the rows' ``block + 1`` tokens in order (stream ranges of a source's
+shards, boundary tokens, padding runs). It is small: a Grain worker sends it, not tokens.
+Reading the tokens (:mod:`grainpack.pipeline.gather`) and writing the model arrays
+(:mod:`grainpack.pipeline.expand`) happen where the batch is consumed.
+
+Pure: numpy and the standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from grainpack.index.stream import Spans
+
+__all__ = ["CONSTANT", "PackedRows", "Part", "Provenance", "StreamLayout", "pack_rows"]
+
+
+class StreamLayout(Protocol):
+    """Where a source's documents and shards lie in its token stream (``TokenShardSource``
+    is one): document offsets and shard starts, int64."""
+
+    @property
+    def offsets(self) -> np.ndarray: ...
+
+    @property
+    def shard_starts(self) -> np.ndarray: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Rows of one (source, epoch) in a batch: requested row ``i`` of ``spans`` goes to batch
+    row ``destination[i]``; ``stream`` gives the document offsets and shard starts."""
+
+    source_index: int
+    epoch: int
+    stream: StreamLayout
+    spans: Spans
+    destination: np.ndarray
+
+
+CONSTANT = -1  # read_source of padding runs and loose boundary tokens (constants buffer)
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """Where every row and segment of a :class:`PackedRows` comes from.
+
+    Per row: ``source`` (int32) and ``epoch`` (int64), -1 for padding rows. Per segment
+    ``k`` (segment id ``k + 1``): ``segment_document`` and ``segment_offset`` (int64, the
+    document id and the offset of the segment's first token in it; -1 where a row has fewer
+    segments). The segment tables are ``block + 1`` wide (the most segments a row can hold),
+    so every batch has the same shapes.
+    """
+
+    source: np.ndarray
+    epoch: np.ndarray
+    segment_document: np.ndarray
+    segment_offset: np.ndarray
+
+    def rows(self, first: int, stop: int) -> dict[str, np.ndarray]:
+        """Copies of rows ``[first, stop)`` by key: a batch holds no plan memory."""
+        return {f.name: getattr(self, f.name)[first:stop].copy() for f in _fields(Provenance)}
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedRows:
+    """The layout and read table of ``num_rows`` rows of ``block + 1`` tokens.
+
+    Attributes:
+      filled: int64 ``(num_rows,)``, real tokens per row.
+      start: int32, sorted: where each piece of the layout starts in the flattened
+        ``(num_rows, block)`` inputs.
+      count: intp, the length of each layout piece (what ``np.repeat`` takes).
+      segment: int32, the segment id of each layout piece (0 for padding).
+      row_piece: the first layout piece of each row, then the number of pieces.
+      padded: rows whose last target is padding (sorted).
+      read_source: int32, per read piece: a part's ``source_index``, or ``CONSTANT``.
+      read_shard: int32, the shard of that source the piece reads.
+      read_start, read_stop: int64, a shard-local range (for ``CONSTANT``, a range of
+        ``[pad_id] * (block + 1) + [boundary_id]``). Read pieces tile the flattened
+        ``(num_rows, block + 1)`` tokens in order.
+      read_marks: the sorted flat positions of boundary tokens. A span followed by a
+        boundary token reads one stream token more, overwritten by the boundary id, so most
+        boundaries cost no piece of their own.
+      provenance: where rows and segments come from, if asked for.
+    """
+
+    filled: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+    segment: np.ndarray
+    row_piece: np.ndarray
+    padded: np.ndarray
+    read_source: np.ndarray
+    read_shard: np.ndarray
+    read_start: np.ndarray
+    read_stop: np.ndarray
+    read_marks: np.ndarray
+    provenance: Provenance | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.filled)
+
+    def to_element(self) -> dict[str, Any]:
+        """The record as one uint8 buffer and a spec of (key, dtype, shape, offset).
+
+        Grain moves the buffer through one shared-memory segment: a pickled element larger
+        than a pipe's buffer blocks a worker's exit (``close()`` then waits 25 s), and a
+        segment per array costs more than the rest of the plan.
+        """
+        arrays = [(f.name, getattr(self, f.name)) for f in _fields(PackedRows)]
+        if self.provenance is not None:
+            arrays += [(f.name, getattr(self.provenance, f.name)) for f in _fields(Provenance)]
+        parts, spec, offset = [], [], 0
+        for key, array in arrays:
+            array = np.ascontiguousarray(array)
+            spec.append((key, array.dtype.str, array.shape, offset))
+            parts += [array.reshape(-1).view(np.uint8), np.zeros(-array.nbytes % 8, np.uint8)]
+            offset += array.nbytes + len(parts[-1])
+        return {"bytes": np.concatenate(parts), "spec": tuple(spec)}
+
+    @classmethod
+    def from_element(cls, element: dict[str, Any]) -> PackedRows:
+        """Inverse of :meth:`to_element`: views of the buffer, no copy.
+
+        Example:
+          >>> plan = PackedRows(*[np.arange(3)] * 11)
+          >>> PackedRows.from_element(plan.to_element()).read_marks.tolist()
+          [0, 1, 2]
+        """
+        # A plain ndarray view: slices of Grain's shared-memory array subclass run Python
+        # hooks (several microseconds a batch).
+        data = np.asarray(element["bytes"])
+        arrays = {
+            key: data[offset : offset + np.dtype(dtype).itemsize * int(np.prod(shape))]
+            .view(dtype)
+            .reshape(shape)
+            for key, dtype, shape, offset in element["spec"]
+        }
+        provenance = None
+        if "source" in arrays:
+            provenance = Provenance(**{f.name: arrays.pop(f.name) for f in _fields(Provenance)})
+        return cls(**arrays, provenance=provenance)
+
+
+def _fields(cls: type) -> tuple[dataclasses.Field, ...]:
+    return tuple(f for f in dataclasses.fields(cls) if f.name != "provenance")
+
+
+def pack_rows(
+    parts: Sequence[Part],
+    *,
+    num_rows: int,
+    block: int,
+    boundary: bool,
+    provenance: bool = False,
+) -> PackedRows:
+    """The layout and read table of ``num_rows`` rows (index math only, no tokens).
+
+    Args:
+      parts: where the rows come from. Rows not covered by any part are padding rows.
+      num_rows: rows in the batch.
+      block: model sequence length (rows hold ``block + 1`` tokens).
+      boundary: whether a boundary id exists (spans with the ``boundary`` flag need one).
+      provenance: also record where every row and segment comes from.
+
+    Example:
+      >>> from grainpack.index.stream import row_spans, stream_plan
+      >>> class Stream: offsets, shard_starts = np.array([0, 3, 5]), np.array([0, 5])
+      >>> spans = row_spans(stream_plan(np.array([3, 2]), None, boundary=True), [0], block=4)
+      >>> packed = pack_rows([Part(0, 0, Stream(), spans, np.array([0]))], num_rows=1,
+      ...                    block=4, boundary=True)
+      >>> [getattr(packed, k).tolist() for k in ("read_source", "read_start", "read_stop")]
+      [[0, 0], [0, 3], [4, 4]]
+      >>> packed.read_marks.tolist()
+      [3]
+    """
+    width = block + 1
+    filled = np.zeros(num_rows, dtype=np.int64)
+    at, source, first, last, ranks, marks, loose = [], [], [], [], [], [], []
+    for part in parts:
+        spans = part.spans
+        filled[part.destination] = spans.filled
+        here = part.destination[spans.row] * width + spans.offset
+        stream = part.stream.offsets[spans.document] + spans.start
+        stop = stream + spans.length
+        fold = spans.boundary & (stop < part.stream.offsets[-1])  # the stream goes on
+        at.append(here)
+        source.append(np.full(len(here), part.source_index))
+        first.append(stream)
+        last.append(stop + fold)
+        ranks.append(np.arange(1, len(here) + 1) - np.searchsorted(spans.row, spans.row))
+        marks.append((here + spans.length)[spans.boundary])
+        loose.append((here + spans.length)[spans.boundary & ~fold])
+    empty = np.zeros(0, dtype=np.int64)
+    at, source, first, last, marks, loose = (
+        np.concatenate(x or [empty]) for x in (at, source, first, last, marks, loose)
+    )
+    if len(marks) and not boundary:
+        raise ValueError("spans ask for boundary tokens but boundary_id is None")
+    short = np.flatnonzero(filled < width)  # rare: padding at the end of an epoch
+    pad_at = short * width + filled[short]
+    n_spans, n_loose, n_pads = len(at), len(loose), len(short)
+    flat = np.concatenate([at, loose, pad_at])  # where each piece starts in the tokens
+    order = np.argsort(flat, kind="stable")
+    # Layout: spans and padding (a boundary token belongs to its span's segment).
+    layout = order[(order < n_spans) | (order >= n_spans + n_loose)]
+    position = np.concatenate([at, pad_at])[layout - n_loose * (layout >= n_spans)]
+    row, offset = np.divmod(position, width)
+    start = (row * block + np.minimum(offset, block)).astype(np.int32)  # the inputs' grid
+    rank = np.concatenate([*ranks, [0]]) if ranks else np.zeros(1, dtype=np.int64)
+    # Read table: spans, loose boundary tokens and padding runs, in token order.
+    constant = np.full(n_loose + n_pads, CONSTANT)
+    lo = np.concatenate([first, np.full(n_loose, width), np.zeros(n_pads, np.int64)])
+    hi = np.concatenate([last, np.full(n_loose, width + 1), width - filled[short]])
+    read_source, read_shard, read_start, read_stop = _read_table(
+        np.concatenate([source, constant])[order],
+        lo[order],
+        hi[order],
+        flat[order] // width,
+        {part.source_index: part.stream.shard_starts for part in parts},
+    )
+    return PackedRows(
+        filled=filled,
+        start=start,
+        count=np.diff(start, append=np.int32(num_rows * block)).astype(np.intp),
+        segment=rank[np.minimum(layout, n_spans)].astype(np.int32),
+        row_piece=np.searchsorted(start, np.arange(num_rows + 1) * block),
+        padded=np.flatnonzero(filled <= block),  # rows whose last target is padding
+        read_source=read_source,
+        read_shard=read_shard,
+        read_start=read_start,
+        read_stop=read_stop,
+        read_marks=np.sort(marks),
+        provenance=_provenance(parts, ranks, num_rows, width) if provenance else None,
+    )
+
+
+def _read_table(
+    source: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    row: np.ndarray,
+    shard_starts: dict[int, np.ndarray],
+) -> tuple[np.ndarray, ...]:
+    """Pieces ``(source, lo, hi)`` in token order, merged where consecutive in one row and in
+    one source's stream (a window is one piece), then cut at shard ends: returns
+    ``(source, shard, start, stop)`` with shard-local offsets."""
+    if len(source) > 1:
+        joined = (source[1:] == source[:-1]) & (source[1:] != CONSTANT)
+        joined &= (lo[1:] == hi[:-1]) & (row[1:] == row[:-1])
+        if joined.any():
+            heads = np.flatnonzero(np.concatenate([[True], ~joined]))
+            source, lo, hi = source[heads], lo[heads], hi[np.append(heads[1:], len(hi)) - 1]
+    first, last = np.zeros_like(lo), np.zeros_like(lo)
+    for j, starts in shard_starts.items():
+        mine = source == j
+        top = len(starts) - 2
+        first[mine] = np.searchsorted(starts, lo[mine], side="right") - 1
+        end = np.maximum(hi[mine] - 1, lo[mine])
+        last[mine] = np.minimum(np.searchsorted(starts, end, side="right") - 1, top)
+    np.minimum(first, last, out=first)  # empty pieces at the very end of a stream
+    cuts = last - first + 1  # shards each piece touches (1 unless it crosses a shard end)
+    if (cuts > 1).any():
+        piece = np.repeat(np.arange(len(lo)), cuts)
+        first = first[piece] + np.arange(len(piece)) - np.repeat(np.cumsum(cuts) - cuts, cuts)
+        source, lo, hi = source[piece], lo[piece], hi[piece]
+    for j, starts in shard_starts.items():
+        mine = source == j
+        begin, end = starts[first[mine]], starts[first[mine] + 1]
+        lo[mine] = np.maximum(lo[mine], begin) - begin
+        hi[mine] = np.minimum(hi[mine], end) - begin
+    return source.astype(np.int32), first.astype(np.int32), lo, hi
+
+
+def _provenance(
+    parts: Sequence[Part], ranks: Sequence[np.ndarray], num_rows: int, width: int
+) -> Provenance:
+    """The :class:`Provenance` of the rows; segment ``k`` of a row is the span of rank
+    ``k + 1`` in ``ranks``."""
+    source = np.full(num_rows, -1, dtype=np.int32)
+    epoch = np.full(num_rows, -1, dtype=np.int64)
+    document = np.full((num_rows, width), -1, dtype=np.int64)
+    offset = np.full((num_rows, width), -1, dtype=np.int64)
+    for part, rank in zip(parts, ranks):
+        source[part.destination] = part.source_index
+        epoch[part.destination] = part.epoch
+        spans = part.spans
+        rows = part.destination[spans.row]
+        document[rows, rank - 1] = spans.document
+        offset[rows, rank - 1] = spans.start
+    return Provenance(source, epoch, document, offset)

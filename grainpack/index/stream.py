@@ -1,0 +1,278 @@
+"""Row plans: which token spans make up row ``r`` of a source's endless row stream (pure).
+
+A source's rows are ``block + 1`` tokens cut from a *stream*:
+
+* ``unit="documents"``: epoch ``e`` concatenates the documents of
+  ``global_document_order(n, seed=seed, epoch=e, sequence_selector=...)`` with an optional
+  boundary token between consecutive documents, exactly like ``pack_documents``; the last
+  row of an epoch is padded.
+* ``unit="windows"``: the stored token stream is cut into ``n_windows = tokens // (block+1)``
+  windows and epoch ``e`` visits them in ``default_rng([seed, e, 0xDA7A]).permutation``
+  order, exactly like the window loader's ``PackedStream``.
+
+Only document lengths are touched here; tokens are read elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from grainpack.index.orders import SequenceSelector, global_document_order, window_permutation
+
+WINDOW_ROWS = 256  # rows of spans computed at once for sequential requests
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamPlan:
+    """Documents laid end to end, each followed by ``extra`` boundary tokens (0 or 1).
+
+    Attributes:
+      documents: document ids in stream order, or ``None`` for the identity order.
+      lengths: tokens of each document, in stream order.
+      bounds: ``len(lengths) + 1`` stream positions: document ``k`` (and its boundary token)
+        occupies ``[bounds[k], bounds[k + 1])``.
+      boundary: whether a boundary token follows each document but the last.
+      total: stream length in tokens.
+    """
+
+    documents: np.ndarray | None
+    lengths: np.ndarray
+    bounds: np.ndarray
+    boundary: bool
+    total: int
+
+    @property
+    def ends(self) -> np.ndarray:
+        """Stream position just past each document (and its boundary token)."""
+        return self.bounds[1:]
+
+    def num_rows(self, block: int) -> int:
+        """Rows of ``block + 1`` tokens needed for the stream (the last one padded)."""
+        return -(-self.total // (block + 1))
+
+
+def stream_plan(lengths: np.ndarray, order: np.ndarray | None, *, boundary: bool) -> StreamPlan:
+    """Plans the stream of ``lengths[order]`` with a boundary token between documents."""
+    ordered = np.asarray(lengths if order is None else lengths[order], dtype=np.int64)
+    bounds = np.zeros(len(ordered) + 1, dtype=np.int64)
+    np.cumsum(ordered, out=bounds[1:])
+    if boundary and len(ordered) > 1:
+        bounds[1:-1] += np.arange(1, len(ordered))  # one boundary after each but the last
+        bounds[-1] += len(ordered) - 1
+    return StreamPlan(order, ordered, bounds, boundary, int(bounds[-1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Spans:
+    """A flat table of spans for a set of requested rows, sorted by (row, offset).
+
+    Span ``k`` places ``length[k]`` tokens of ``document[k]`` starting at token ``start[k]``
+    at position ``offset[k]`` of requested row ``row[k]``, followed by one boundary token
+    when ``boundary[k]``. ``filled[i]`` is the number of real tokens in requested row ``i``;
+    the rest of that row is padding.
+    """
+
+    row: np.ndarray
+    offset: np.ndarray
+    document: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    boundary: np.ndarray
+    filled: np.ndarray
+
+
+def row_spans(plan: StreamPlan, rows: np.ndarray, *, block: int) -> Spans:
+    """Spans of the given rows of ``plan`` (vectorized over rows and spans).
+
+    Example:
+        >>> plan = stream_plan(np.array([3, 4]), None, boundary=True)
+        >>> s = row_spans(plan, np.array([0, 1]), block=4)
+        >>> s.document.tolist(), s.start.tolist(), s.length.tolist(), s.boundary.tolist()
+        ([0, 1, 1], [0, 0, 1], [3, 1, 3], [True, False, False])
+        >>> s.offset.tolist(), s.filled.tolist()
+        ([0, 4, 0], [5, 3])
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    width = block + 1
+    n_rows = plan.num_rows(block)
+    if len(rows) and (rows.min() < 0 or rows.max() >= n_rows):
+        raise IndexError(f"rows must lie in [0, {n_rows}); got {rows.min()}..{rows.max()}")
+    a = rows * width
+    b = np.minimum(a + width, plan.total)
+    first = np.searchsorted(plan.bounds, a, side="right") - 1  # document holding token a
+    counts = np.searchsorted(plan.bounds, b - 1, side="right") - first
+    span_row = np.repeat(np.arange(len(rows)), counts)
+    i = np.arange(len(span_row)) + np.repeat(first - np.cumsum(counts) + counts, counts)
+    starts, a_row, b_row = plan.bounds[i], a[span_row], b[span_row]
+    lo = np.maximum(starts, a_row)
+    hi = np.minimum(plan.bounds[i + 1], b_row)
+    keep = hi > lo  # drops empty documents (no tokens, no boundary)
+    if not keep.all():
+        span_row, i, starts, a_row, lo, hi = (x[keep] for x in (span_row, i, starts, a_row, lo, hi))
+    local_lo, local_hi = lo - starts, hi - starts
+    lengths = plan.lengths[i]
+    return Spans(
+        row=span_row,
+        offset=lo - a_row,
+        document=i if plan.documents is None else plan.documents[i].astype(np.int64, copy=False),
+        start=local_lo,
+        length=np.minimum(local_hi, lengths) - local_lo,
+        boundary=local_hi > lengths,
+        filled=b - a,
+    )
+
+
+class SourceRows:
+    """The endless row stream of one source: occurrence ``o`` -> (epoch, row) -> spans.
+
+    Args:
+      lengths: document lengths of the source (int64).
+      unit: ``"documents"`` or ``"windows"``.
+      block: model sequence length; rows hold ``block + 1`` tokens.
+      seed: this source's seed (the pipeline passes ``seed + j`` for source ``j``).
+      boundary: documents unit only: a boundary token between consecutive documents.
+      selector: documents unit only: the curriculum hook of ``global_document_order``.
+      cache_epochs: how many epoch plans to keep.
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        *,
+        unit: str,
+        block: int,
+        seed: int,
+        boundary: bool = False,
+        selector: SequenceSelector | None = None,
+        cache_epochs: int = 2,
+    ) -> None:
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.unit, self.block, self.seed = unit, block, seed
+        self.boundary, self.selector = boundary, selector
+        self._cache_epochs = cache_epochs
+        self._plans: dict[int, StreamPlan] = {}
+        self._perms: dict[int, np.ndarray] = {}
+        self._windows: dict[int, tuple[int, int, Spans, np.ndarray]] = {}
+        self._epoch_rows: list[int] = []
+        self._epoch_totals: list[int] = []
+        self._epoch_starts = np.zeros(1, dtype=np.int64)
+        if unit == "windows":
+            self._identity = stream_plan(self.lengths, None, boundary=False)
+            self.rows_per_epoch: int | None = self._identity.total // (block + 1)
+        else:
+            n = len(self.lengths)
+            self._unselected_total = int(self.lengths.sum()) + (n - 1 if boundary and n else 0)
+            rows = -(-self._unselected_total // (block + 1))
+            self.rows_per_epoch = rows if selector is None else None
+
+    def epoch_plan(self, epoch: int) -> StreamPlan:
+        """The documents-unit stream of ``epoch`` (cached)."""
+        plan = self._plans.get(epoch)
+        if plan is None:
+            order = global_document_order(
+                len(self.lengths), seed=self.seed, epoch=epoch, sequence_selector=self.selector
+            )
+            plan = stream_plan(self.lengths, order, boundary=self.boundary)
+            _remember(self._plans, epoch, plan, self._cache_epochs)
+        return plan
+
+    def rows_in_epoch(self, epoch: int) -> int:
+        """Rows in ``epoch`` (constant unless a selector changes the epoch's documents)."""
+        if self.rows_per_epoch is not None:
+            return self.rows_per_epoch
+        while len(self._epoch_rows) <= epoch:
+            e = len(self._epoch_rows)
+            plan = self.epoch_plan(e)
+            rows = plan.num_rows(self.block)
+            if rows == 0:
+                raise ValueError(
+                    f"sequence_selector kept no tokens in epoch {e} (seed={self.seed}); a "
+                    "selector must keep at least one non-empty document per epoch"
+                )
+            self._epoch_rows.append(rows)
+            self._epoch_totals.append(plan.total)
+        return self._epoch_rows[epoch]
+
+    def locate(self, occurrences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Maps occurrence indices to (epoch, row inside the epoch)."""
+        occurrences = np.asarray(occurrences, dtype=np.int64)
+        if self.rows_per_epoch is not None:
+            return np.divmod(occurrences, self.rows_per_epoch)
+        top = int(occurrences.max(initial=0))
+        while self._epoch_starts[-1] <= top:
+            e = len(self._epoch_starts) - 1
+            nxt = self._epoch_starts[-1] + self.rows_in_epoch(e)
+            self._epoch_starts = np.append(self._epoch_starts, nxt)
+        epochs = np.searchsorted(self._epoch_starts, occurrences, side="right") - 1
+        return epochs, occurrences - self._epoch_starts[epochs]
+
+    def epoch_tokens(self, epoch: int) -> int:
+        """Real (non-padding) tokens in ``epoch``: the length of its stream."""
+        if self.unit == "windows":
+            return (self.rows_per_epoch or 0) * (self.block + 1)
+        if self.selector is None:
+            return self._unselected_total
+        self.rows_in_epoch(epoch)
+        return self._epoch_totals[epoch]
+
+    def real_tokens_before(self, occurrence: int) -> int:
+        """Real tokens in the first ``occurrence`` rows of the stream."""
+        epochs, rows = self.locate(np.array([occurrence]))
+        epoch, row = int(epochs[0]), int(rows[0])
+        if self.selector is None:
+            done = epoch * self.epoch_tokens(0)
+        else:
+            done = sum(self.epoch_tokens(e) for e in range(epoch))
+        return done + min(row * (self.block + 1), self.epoch_tokens(epoch))
+
+    def spans(self, epoch: int, rows: np.ndarray) -> Spans:
+        """Spans of rows ``rows`` of ``epoch``.
+
+        A short run of consecutive rows (what sequential batches ask for) is cut from a
+        cached table of the next ``WINDOW_ROWS`` rows, so the span math runs once per window;
+        longer requests (a Grain element plans many steps) are computed directly.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        n = len(rows)
+        r0 = int(rows[0]) if n else 0
+        run = n and r0 >= 0 and int(rows[-1]) - r0 == n - 1 and bool((np.diff(rows) == 1).all())
+        if not run or n >= WINDOW_ROWS:  # a large request is its own window
+            return self._compute_spans(epoch, rows)
+        window = self._windows.get(epoch)
+        if window is None or not window[0] <= r0 <= r0 + n <= window[1]:
+            stop = max(min(r0 + WINDOW_ROWS, self.rows_in_epoch(epoch)), r0 + n)
+            table = self._compute_spans(epoch, np.arange(r0, stop))
+            for field in dataclasses.fields(table):
+                getattr(table, field.name).flags.writeable = False
+            first = np.searchsorted(table.row, np.arange(stop - r0 + 1))  # each row's spans
+            window = (r0, stop, table, first)
+            _remember(self._windows, epoch, window, self._cache_epochs)
+        k = r0 - window[0]
+        table, first = window[2], window[3]
+        cut = slice(first[k], first[k + n])
+        return Spans(
+            row=table.row[cut] - k,
+            offset=table.offset[cut],
+            document=table.document[cut],
+            start=table.start[cut],
+            length=table.length[cut],
+            boundary=table.boundary[cut],
+            filled=table.filled[k : k + n],
+        )
+
+    def _compute_spans(self, epoch: int, rows: np.ndarray) -> Spans:
+        if self.unit == "windows":
+            perm = self._perms.get(epoch)
+            if perm is None:
+                perm = window_permutation(self.rows_per_epoch or 0, self.seed, epoch)
+                _remember(self._perms, epoch, perm, self._cache_epochs)
+            return row_spans(self._identity, perm[rows], block=self.block)
+        return row_spans(self.epoch_plan(epoch), rows, block=self.block)
+
+
+def _remember(cache: dict, key: int, value: object, size: int) -> None:
+    while len(cache) >= size:
+        cache.pop(next(iter(cache)))
+    cache[key] = value

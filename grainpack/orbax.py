@@ -1,0 +1,109 @@
+"""Orbax glue: save the data iterator next to the train state, restore on any process count.
+
+``CheckpointSave``/``CheckpointRestore`` are Grain's Orbax arguments with one change on
+restore: when the checkpoint was written by another number of processes (no
+``process_{i}-of-{n}.json`` for this layout), process ``i`` reads the state of process
+``i % n_saved``. A :func:`grainpack.make_dataset` state is the global step, identical on
+every process, so the run continues with the same global batches (elastic restore); so
+does an iterator that only wraps one (``make_dataset(...).map(f)``). Other states
+(``grain.DataLoader``, ``mp_prefetch`` over other datasets) still need the same process
+count, and get a clear ``ValueError`` otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import grain
+import orbax.checkpoint as ocp
+from etils import epath
+
+from grainpack.jax import process_index_and_count
+from grainpack.pipeline.dataset import STATE_KEYS
+
+_STATE_FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
+
+
+def saved_state_file(
+    directory: epath.PathLike, process_index: int, process_count: int
+) -> epath.Path:
+    """The state file process ``process_index`` of ``process_count`` should restore from.
+
+    Its own ``process_{i}-of-{n}.json`` when the checkpoint was written by ``process_count``
+    processes, else ``process_{i % n_saved}-of-{n_saved}.json`` of the saved layout.
+    """
+    directory = epath.Path(directory)
+    own = directory / f"process_{process_index}-of-{process_count}.json"
+    if own.exists():
+        return own
+    counts = {int(m.group(2)) for f in directory.iterdir() if (m := _STATE_FILE.fullmatch(f.name))}
+    if len(counts) != 1:
+        raise ValueError(
+            f"{directory} holds no single set of process_*-of-*.json iterator states "
+            f"(process counts found: {sorted(counts)}); expected the data item of a checkpoint "
+            "saved with grainpack.CheckpointSave or grain.checkpoint.CheckpointSave"
+        )
+    saved = counts.pop()
+    return directory / f"process_{process_index % saved}-of-{saved}.json"
+
+
+def is_pipeline_state(state: Any) -> bool:
+    """Whether ``state`` is a :func:`grainpack.make_dataset` iterator state (a global step).
+
+    Also true for iterators that only wrap one, such as ``make_dataset(...).map(f)``, whose
+    state is their parent's.
+    """
+    return isinstance(state, Mapping) and set(state) == set(STATE_KEYS)
+
+
+class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
+    """Grain's Orbax handler whose restore also accepts another process count.
+
+    Saving is Grain's (one ``process_{i}-of-{n}.json`` per process). On restore, a state
+    that is a grainpack global step is read from ``process_{i % n}-of-{n}.json`` when this
+    run has another process count; any other state (``grain.DataLoader``, ``mp_prefetch``
+    or other nested Grain states) must be restored on the process count that saved it.
+    """
+
+    def restore(self, directory: epath.Path, item: Any = None, args: Any = None) -> Any:
+        item = item or args.item
+        index, count = process_index_and_count()
+        path = saved_state_file(directory, index, count)
+        text = path.read_text()
+        state = json.loads(text) if isinstance(item, grain.DatasetIterator) else text.encode()
+        if path.name != f"process_{index}-of-{count}.json" and not is_pipeline_state(state):
+            raise ValueError(
+                f"{directory} was saved by another number of processes than {count} (found "
+                f"{path.name}); only grainpack.make_dataset iterators restore elastically. A "
+                "grain.DataLoader or multi-worker Grain state is tied to its process count: "
+                "restore it with the original number of processes"
+            )
+        item.set_state(state)
+        if hasattr(item, "start_prefetch"):
+            item.start_prefetch()
+        return item
+
+
+@ocp.args.register_with_handler(DataCheckpointHandler, for_save=True)
+@dataclasses.dataclass
+class CheckpointSave(ocp.args.CheckpointArgs):
+    """Orbax argument saving a Grain/grainpack iterator (one JSON file per process).
+
+    Example:
+      ``mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(params),
+      data=grainpack.CheckpointSave(iterator)))``
+    """
+
+    item: Any
+
+
+@ocp.args.register_with_handler(DataCheckpointHandler, for_restore=True)
+@dataclasses.dataclass
+class CheckpointRestore(ocp.args.CheckpointArgs):
+    """Orbax argument restoring an iterator in place, elastically for ``make_dataset``."""
+
+    item: Any

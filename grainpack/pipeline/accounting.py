@@ -1,0 +1,201 @@
+"""Mixture accounting and telemetry as pure functions of the global step.
+
+After ``step`` global batches the run has consumed slots ``[0, step * B)``; how many of
+them each source took, which epoch each source is in and how much of it was padding all
+follow from the slot hash and the document lengths. So the numbers are exact after a
+resume and identical on every process, without any state of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+
+from grainpack.pipeline.batches import PipelineBatches
+from grainpack.pipeline.config import PipelineConfig
+
+
+class MixtureWarning(UserWarning):
+    """A source is starved by its weight or repeated more than the configured cap."""
+
+
+class RepeatCapExceeded(RuntimeError):
+    """A source was repeated more often than a hard cap allows."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceAccount:
+    """What one source contributed to the first ``step`` global batches.
+
+    Attributes:
+      name: the source's key in ``config.sources``.
+      target_share: its probability of taking a slot.
+      realized_share: the fraction of consumed rows it took.
+      rows: rows it contributed (all processes together).
+      tokens: ``rows * (block + 1)``, padding included.
+      real_tokens: non-padding tokens among them.
+      epoch: the epoch its next row comes from (0-based).
+      epoch_fraction: fraction of that epoch already consumed.
+      repeats: completed passes over the source (each pass after the first repeats data).
+    """
+
+    name: str
+    target_share: float
+    realized_share: float
+    rows: int
+    tokens: int
+    real_tokens: int
+    epoch: int
+    epoch_fraction: float
+    repeats: int
+
+    @property
+    def epochs(self) -> float:
+        """Passes over the source so far, fractional (the seeds' ``stats()`` number)."""
+        return self.epoch + self.epoch_fraction
+
+    @property
+    def real_share(self) -> float:
+        """Non-padding fraction of the tokens it contributed."""
+        return self.real_tokens / self.tokens if self.tokens else 1.0
+
+
+def _batches(config: PipelineConfig | PipelineBatches) -> PipelineBatches:
+    return config if isinstance(config, PipelineBatches) else PipelineBatches(config)
+
+
+def mixture_accounting(
+    config: PipelineConfig | PipelineBatches, step: int
+) -> dict[str, SourceAccount]:
+    """Per-source accounting after ``step`` global batches.
+
+    Args:
+      config: the pipeline (or its :class:`PipelineBatches`, to reuse caches).
+      step: global batches consumed (``iterator.step``).
+
+    Returns:
+      ``{name: SourceAccount}`` in source order.
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> path = tempfile.mkdtemp() + "/c"
+      >>> _ = gp.write_corpus(path, [np.arange(1, 10)] * 2)  # 18 tokens: 4 rows of 5
+      >>> cfg = gp.PipelineConfig(sources={"en": path}, block=4, global_batch_size=2)
+      >>> acc = gp.mixture_accounting(cfg, 3)["en"]  # 6 rows: 1.5 passes
+      >>> acc.rows, acc.real_tokens, acc.epoch, acc.epoch_fraction
+      (6, 28, 1, 0.5)
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an int >= 0; got {step!r}")
+    batches = _batches(config)
+    cfg = batches.config
+    slots = step * cfg.global_batch_size
+    counts = batches.mixer.counts_before(slots)
+    out = {}
+    for j, name in enumerate(cfg.sources):
+        rows = batches.rows(j)
+        used = int(counts[j])
+        epochs, within = rows.locate(np.array([used]))
+        epoch, row = int(epochs[0]), int(within[0])
+        out[name] = SourceAccount(
+            name=name,
+            target_share=cfg.probabilities[j],
+            realized_share=used / slots if slots else 0.0,
+            rows=used,
+            tokens=used * (cfg.block + 1),
+            real_tokens=rows.real_tokens_before(used),
+            epoch=epoch,
+            epoch_fraction=row / rows.rows_in_epoch(epoch),
+            repeats=epoch,
+        )
+    return out
+
+
+def window_shares(
+    config: PipelineConfig | PipelineBatches, start_step: int, stop_step: int
+) -> dict[str, float]:
+    """Realized share of rows per source over global steps ``[start_step, stop_step)``."""
+    batches = _batches(config)
+    size = batches.config.global_batch_size
+    counts = batches.mixer.counts_between(start_step * size, stop_step * size)
+    total = max(int(counts.sum()), 1)
+    return {name: int(c) / total for name, c in zip(batches.config.sources, counts)}
+
+
+class MixtureMonitor:
+    """Watches a run's mixture: realized vs target shares, starvation, repeat caps.
+
+    Args:
+      config: the pipeline.
+      window_steps: steps per telemetry window.
+      max_repeats: warn when a source has completed more than this many passes.
+      hard_cap: raise :class:`RepeatCapExceeded` instead of warning.
+      min_expected_rows: a source expected to take fewer rows than this per window is
+        reported as starved (its weight is so small it is effectively never drawn).
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> a, b = tempfile.mkdtemp() + "/a", tempfile.mkdtemp() + "/b"
+      >>> _ = gp.write_corpus(a, [np.arange(1, 99)]), gp.write_corpus(b, [np.arange(1, 99)])
+      >>> cfg = gp.PipelineConfig(sources={"a": a, "b": b}, block=8, global_batch_size=4,
+      ...                         weights={"a": 1 - 1e-9, "b": 1e-9})
+      >>> import warnings
+      >>> with warnings.catch_warnings(record=True) as caught:
+      ...     monitor = gp.MixtureMonitor(cfg, window_steps=100)
+      >>> monitor.starved, caught[0].category.__name__
+      (['b'], 'MixtureWarning')
+    """
+
+    def __init__(
+        self,
+        config: PipelineConfig | PipelineBatches,
+        *,
+        window_steps: int = 100,
+        max_repeats: int | None = None,
+        hard_cap: bool = False,
+        min_expected_rows: float = 1.0,
+    ) -> None:
+        if window_steps < 1:
+            raise ValueError(f"window_steps must be >= 1; got {window_steps}")
+        self.batches = _batches(config)
+        self.window_steps = window_steps
+        self.max_repeats = max_repeats
+        self.hard_cap = hard_cap
+        cfg = self.batches.config
+        rows = window_steps * cfg.global_batch_size
+        self.starved = [
+            name for name, p in zip(cfg.sources, cfg.probabilities) if p * rows < min_expected_rows
+        ]
+        for name in self.starved:
+            p = cfg.probabilities[list(cfg.sources).index(name)]
+            warnings.warn(
+                f"source {name!r} is starved: with weight {p:.3g} it is expected to take "
+                f"{p * rows:.3g} of the {rows} rows in every {window_steps} steps, so it is "
+                "effectively never trained on; raise its weight or drop it",
+                MixtureWarning,
+                stacklevel=2,
+            )
+
+    def check(self, step: int) -> dict[str, dict[str, float]]:
+        """Telemetry at ``step``: per source target and realized share over the last window,
+        passes so far; warns (or raises) when a source exceeds ``max_repeats``."""
+        accounts = mixture_accounting(self.batches, step)
+        shares = window_shares(self.batches, max(0, step - self.window_steps), step)
+        report = {}
+        for name, acc in accounts.items():
+            report[name] = {
+                "target_share": acc.target_share,
+                "window_share": shares[name],
+                "epochs": acc.epochs,
+            }
+            if self.max_repeats is not None and acc.repeats > self.max_repeats:
+                message = (
+                    f"source {name!r} has been repeated {acc.repeats} times at step {step}, "
+                    f"more than max_repeats={self.max_repeats}; lower its weight or add data"
+                )
+                if self.hard_cap:
+                    raise RepeatCapExceeded(message)
+                warnings.warn(message, MixtureWarning, stacklevel=2)
+        return report

@@ -1,0 +1,328 @@
+"""Grain entry points: ``make_dataset``, ``make_data_loader``, ``make_eval_dataset``.
+
+``make_dataset``'s Grain elements are plans of many steps, read and expanded into batches
+by the iterator (:mod:`grainpack.pipeline.elements`). The iterator's state is the global step plus
+identity checks, so a checkpoint is an index: it restores exactly, with any worker count
+and on any process count (the global batches do not depend on either).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import grain
+import numpy as np
+from absl import flags
+
+from grainpack.checks import check_int
+from grainpack.jax import process_index_and_count
+from grainpack.pipeline.batches import FORMAT_VERSION, PipelineBatches
+from grainpack.pipeline.config import PipelineConfig
+from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
+
+STATE_KEYS = ("version", "step", "process_index", "process_count", "fingerprint", "digest")
+READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+
+
+DIGEST_KEYS = ("inputs", "targets", "segment_ids", "positions", "loss_mask")
+
+
+def _absl_flags_parsed() -> None:
+    """Grain 0.2.18 workers read absl flags and crash when jax is importable and the flags
+    are unparsed (google/grain#1355); programs under ``absl.app.run`` have parsed them."""
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
+def batch_digest(batch: Mapping[str, np.ndarray]) -> int:
+    """63-bit digest of a batch's model arrays (provenance is not part of it)."""
+    h = hashlib.blake2b(digest_size=8)
+    for key in DIGEST_KEYS:
+        h.update(key.encode())
+        h.update(np.ascontiguousarray(batch[key]).tobytes())
+    return int.from_bytes(h.digest(), "little") >> 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    process_index: int
+    worker_count: int
+    worker_buffer_size: int
+    ignore_fingerprint_mismatch: bool
+
+
+class PipelineDataset(grain.IterDataset):
+    """This process's batches as a Grain ``IterDataset`` (see :func:`make_dataset`)."""
+
+    def __init__(self, batches: PipelineBatches, options: _Options) -> None:
+        super().__init__()
+        self.batches = batches
+        self.options = options
+
+    def __iter__(self) -> PipelineIterator:
+        return PipelineIterator(self)
+
+    def __str__(self) -> str:
+        return f"PipelineDataset({self.batches!r}, process_index={self.options.process_index})"
+
+
+class PipelineIterator(grain.DatasetIterator):
+    """Iterator whose state is ``{"step": t, ...}`` (JSON of plain ints).
+
+    ``get_state`` also records the process layout, the pipeline fingerprint and a digest of
+    the last batch; ``set_state`` refuses a state from another config or corpus (unless
+    ``ignore_fingerprint_mismatch``) and recomputes the last batch to check the digest, so
+    a silently different resume is detected instead of trained on.
+    """
+
+    def __init__(self, dataset: PipelineDataset) -> None:
+        super().__init__()
+        self._batches = dataset.batches
+        self._options = dataset.options
+        self._step = 0
+        self._inner: Any = None
+        self._last: dict[str, np.ndarray] | None = None
+
+    @property
+    def step(self) -> int:
+        """Global step of the next batch."""
+        return self._step
+
+    def _open(self) -> Any:
+        if self._inner is None:
+            workers = self._options.worker_count
+            elements = PlannedSteps(
+                self._batches, self._step, self._options.process_index, as_bytes=workers > 0
+            )
+            ds = grain.MapDataset.source(elements).to_iter_dataset(READ_OPTIONS)
+            if workers:
+                _absl_flags_parsed()
+                ds = grain.experimental.WithOptionsIterDataset(ds, WORKER_OPTIONS)
+                ds = ds.mp_prefetch(
+                    grain.multiprocessing.MultiprocessingOptions(
+                        num_workers=workers,
+                        per_worker_buffer_size=self._options.worker_buffer_size,
+                    )
+                )
+            self._inner = ExpandedBatches(iter(ds), self._batches)
+        return self._inner
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        batch = next(self._open())
+        self._step += 1
+        self._last = batch
+        return batch
+
+    def start_prefetch(self) -> None:
+        self._open().start_prefetch()
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
+            self._inner = None
+
+    def get_state(self) -> dict[str, int]:
+        last = self._last
+        if last is None and self._step > 0:
+            last = self._batches.batch(self._step - 1, self._options.process_index)
+        return {
+            "version": FORMAT_VERSION,
+            "step": self._step,
+            "process_index": self._options.process_index,
+            "process_count": self._batches.process_count,
+            "fingerprint": self._batches.fingerprint,
+            "digest": 0 if last is None else batch_digest(last),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, Mapping) or set(state) != set(STATE_KEYS):
+            raise ValueError(
+                f"not a grainpack iterator state: expected keys {sorted(STATE_KEYS)}, got {state!r}"
+            )
+        bad = [k for k in STATE_KEYS if isinstance(state[k], bool) or not isinstance(state[k], int)]
+        if bad or state["step"] < 0 or not 0 <= state["process_index"] < state["process_count"]:
+            raise ValueError(
+                f"corrupt grainpack iterator state {dict(state)!r}: every value must be an int, "
+                "step >= 0 and 0 <= process_index < process_count"
+            )
+        if state["version"] != FORMAT_VERSION:
+            raise ValueError(
+                f"iterator state version {state['version']} is not {FORMAT_VERSION}; it was "
+                "written by another grainpack release"
+            )
+        if (
+            state["fingerprint"] != self._batches.fingerprint
+            and not self._options.ignore_fingerprint_mismatch
+        ):
+            raise ValueError(
+                "the checkpoint was made with another pipeline config or corpus (fingerprint "
+                f"{state['fingerprint']:016x} != {self._batches.fingerprint:016x}); resuming "
+                "would train on different data. Restore with the original config, or pass "
+                "ignore_fingerprint_mismatch=True to make_dataset to accept the change"
+            )
+        step = state["step"]
+        if step and state["fingerprint"] == self._batches.fingerprint:
+            again = self._batches.batch(step - 1, state["process_index"], state["process_count"])
+            if batch_digest(again) != state["digest"]:
+                raise ValueError(
+                    f"resume verification failed: batch {step - 1} recomputed from the corpus "
+                    "differs from the batch that was trained on before the checkpoint (same "
+                    "config fingerprint). The corpus files or grainpack's code changed in a "
+                    "way the fingerprint does not see; do not continue this run with them"
+                )
+        self.close()
+        self._step = step
+        self._last = None
+
+
+def make_dataset(
+    config: PipelineConfig,
+    *,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    worker_count: int = 0,
+    worker_buffer_size: int = 2,
+    ignore_fingerprint_mismatch: bool = False,
+    evaluation: bool | str = False,
+) -> grain.IterDataset:
+    """This process's unbounded stream of batches as a ``grain.IterDataset``.
+
+    Batch ``t`` holds slots ``t*B + p + k*P`` of global batch ``t`` (round-robin), as a dict
+    of numpy arrays ``inputs``, ``targets``, ``segment_ids``, ``positions`` and
+    ``loss_mask`` (int32, shape ``(B // P, block)``).
+
+    Args:
+      config: the pipeline.
+      process_index: this process (default ``jax.process_index()``); any value lets one
+        process produce any other process's batches.
+      process_count: processes sharing each global batch (default ``jax.process_count()``).
+      worker_count: Grain worker processes producing batches (0: in this process). The
+        batches and the checkpoint state do not depend on it.
+      worker_buffer_size: Grain elements (plans of about 8M tokens) each worker prepares
+        ahead.
+      ignore_fingerprint_mismatch: accept restoring a state saved with another config.
+      evaluation: instead of the training stream, the finite evaluation pass of
+        :func:`make_eval_dataset` over the source of that name (``True``: the only source).
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> path = tempfile.mkdtemp() + "/c"
+      >>> _ = gp.write_corpus(path, [np.arange(1, 50)] * 4)
+      >>> cfg = gp.PipelineConfig(sources={"en": path}, block=8, global_batch_size=4)
+      >>> it = iter(gp.make_dataset(cfg, process_index=0, process_count=2))
+      >>> next(it)["inputs"].shape, it.get_state()["step"]
+      ((2, 8), 1)
+    """
+    if evaluation is not False:
+        source = None if evaluation is True else evaluation
+        return make_eval_dataset(
+            config, source=source, process_index=process_index, process_count=process_count
+        )
+    p, count = process_index_and_count(process_index, process_count)
+    check_int("worker_count", worker_count)
+    check_int("worker_buffer_size", worker_buffer_size, minimum=1)
+    batches = PipelineBatches(config, process_count=count)
+    batches.sources  # noqa: B018 -- open the corpora now: bad paths fail here, not at next()
+    options = _Options(p, worker_count, worker_buffer_size, ignore_fingerprint_mismatch)
+    return PipelineDataset(batches, options)
+
+
+def make_eval_dataset(
+    config: PipelineConfig,
+    *,
+    source: str | None = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+) -> grain.IterDataset:
+    """A finite pass over epoch 0 of one source: every row exactly once, in order.
+
+    Global batch ``t`` holds rows ``[t*B, (t+1)*B)`` of the source's epoch 0 (same plan as
+    training: the documents order of ``seed + j``, or the window permutation); the last
+    batch is completed with padding rows whose ``loss_mask`` is 0. The rows a process sees
+    are the same for any process count, interleaved by slot.
+
+    Args:
+      config: the pipeline; ``source`` names the source to evaluate (default: the only one).
+      source: a key of ``config.sources``.
+      process_index: as in :func:`make_dataset`.
+      process_count: as in :func:`make_dataset`.
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> path = tempfile.mkdtemp() + "/c"
+      >>> _ = gp.write_corpus(path, [np.arange(1, 12)] * 3)
+      >>> cfg = gp.PipelineConfig(sources={"en": path}, block=4, global_batch_size=4)
+      >>> [int(b["loss_mask"].sum()) for b in gp.make_eval_dataset(cfg, process_count=1,
+      ...                                                            process_index=0)]
+      [16, 10]
+    """
+    if source is None:
+        if len(config.sources) != 1:
+            raise ValueError(
+                f"config has sources {list(config.sources)}: name the one to evaluate with "
+                "source=..."
+            )
+        source = next(iter(config.sources))
+    p, count = process_index_and_count(process_index, process_count)
+    batches = PipelineBatches(config, process_count=count, evaluation=source)
+    return grain.MapDataset.source(batches)[p::count].to_iter_dataset(READ_OPTIONS)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSampler:
+    """Grain ``Sampler`` over per-process batch records: index ``g`` -> record ``g``.
+
+    With Grain's process sharding (``ShardOptions(p, P)``) the DataLoader asks process
+    ``p`` for indices ``j*P + p``, i.e. batch ``j`` of process ``p`` of a
+    :class:`PipelineBatches` built for ``P`` processes.
+    """
+
+    num_records: int
+
+    def __len__(self) -> int:
+        return self.num_records
+
+    def __getitem__(self, index: int) -> grain.RecordMetadata:
+        if not 0 <= index < self.num_records:
+            raise IndexError(f"index {index} outside [0, {self.num_records})")
+        return grain.RecordMetadata(index=index, record_key=index)
+
+
+def make_data_loader(
+    config: PipelineConfig,
+    *,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    worker_count: int = 0,
+) -> grain.DataLoader:
+    """The same batches as :func:`make_dataset`, through ``grain.DataLoader``.
+
+    The data source is a :class:`PipelineBatches` (record ``t*P + p`` = process ``p``'s
+    batch ``t``), the sampler a :class:`StepSampler`, and the process split is Grain's own
+    ``ShardOptions(process_index, process_count)``. DataLoader checkpoints keep Grain's
+    rules: restore with the same worker and process counts (use :func:`make_dataset` for
+    elastic restores).
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> path = tempfile.mkdtemp() + "/c"
+      >>> _ = gp.write_corpus(path, [np.arange(1, 50)] * 4)
+      >>> cfg = gp.PipelineConfig(sources={"en": path}, block=8, global_batch_size=4)
+      >>> loader = gp.make_data_loader(cfg, process_index=1, process_count=2)
+      >>> next(iter(loader))["targets"].shape
+      (2, 8)
+    """
+    p, count = process_index_and_count(process_index, process_count)
+    batches = PipelineBatches(config, process_count=count)
+    if worker_count:
+        _absl_flags_parsed()
+    return grain.DataLoader(
+        data_source=batches,
+        sampler=StepSampler(len(batches)),
+        shard_options=grain.sharding.ShardOptions(shard_index=p, shard_count=count),
+        worker_count=worker_count,
+        read_options=READ_OPTIONS,
+    )

@@ -1,0 +1,100 @@
+"""Grain elements of the pipeline: plans of many steps, and their expansion into batches.
+
+One Grain element (:class:`PlannedSteps`) is the :class:`~grainpack.index.layout.PackedRows`
+of ``steps_per_element`` consecutive per-process batches: row layouts and read tables, index
+math, no tokens. :class:`ExpandedBatches` is the consumer: it reads the tokens from its own
+memory maps and expands them into model arrays, a group of batches at a time. Worker
+processes, when used, only plan: sending tokens between processes costs more than reading
+them again from the page cache.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+from typing import Any
+
+import grain
+import numpy as np
+
+from grainpack.index.layout import PackedRows
+from grainpack.pipeline.batches import PipelineBatches
+from grainpack.pipeline.expand import expand_rows
+from grainpack.pipeline.gather import RowReader
+
+EXPAND_BYTES = 1 << 17  # size of one int32 output array when batches are expanded together
+
+# A worker sends each plan as one byte buffer (PackedRows.to_element), which Grain moves
+# through one shared-memory segment whatever its size.
+WORKER_OPTIONS = grain.experimental.DatasetOptions(min_shm_size=1)
+
+
+def group_rows(batches: PipelineBatches) -> int:
+    """Rows read and expanded at once: whole batches, int32 arrays of about ``EXPAND_BYTES``
+    (amortises numpy's per-call cost while the rows are in cache; larger arrays cost page
+    faults in malloc)."""
+    rows = batches.rows_per_batch
+    return rows * max(1, EXPAND_BYTES // (rows * batches.config.block * 4))
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedSteps:
+    """Grain data source of one process's steps, ``steps_per_element`` per record: record
+    ``c`` is the :class:`PackedRows` of steps ``first + c * steps_per_element`` onwards, in
+    its byte form (:meth:`PackedRows.to_element`) when ``as_bytes`` (worker processes)."""
+
+    batches: PipelineBatches
+    first: int
+    process_index: int
+    as_bytes: bool
+
+    def __len__(self) -> int:
+        return sys.maxsize
+
+    def __getitem__(self, record: int) -> PackedRows | dict[str, Any]:
+        steps = self.batches.steps_per_element
+        plan = self.batches.packed_steps(
+            self.first + record * steps, self.process_index, steps=steps
+        )
+        return plan.to_element() if self.as_bytes else plan
+
+
+class ExpandedBatches:
+    """Consumer side of :class:`PlannedSteps`: reads and expands :func:`group_rows` rows at
+    once and yields one batch per ``next``. A batch's arrays are row slices of the group's,
+    never shared with another batch."""
+
+    def __init__(self, elements: Any, batches: PipelineBatches) -> None:
+        self.elements, self.batches = elements, batches
+        self.rows = batches.rows_per_batch
+        self.group = group_rows(batches)
+        self.plan: PackedRows | None = None
+        self.reader: RowReader | None = None
+        self.next_row = 0
+        self.pending: collections.deque[dict[str, np.ndarray]] = collections.deque()
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if not self.pending:
+            if self.plan is None or self.next_row == self.plan.num_rows:
+                element = next(self.elements)
+                if not isinstance(element, PackedRows):
+                    element = PackedRows.from_element(element)
+                self.plan, self.next_row = element, 0
+                self.reader = self.batches.reader(element)
+            first = self.next_row
+            self.next_row = min(first + self.group, self.plan.num_rows)
+            arrays = expand_rows(self.plan, self.reader.read(first, self.next_row), first=first)
+            if self.next_row - first == self.rows:
+                return arrays
+            self.pending.extend(
+                {k: v[i : i + self.rows] for k, v in arrays.items()}
+                for i in range(0, self.next_row - first, self.rows)
+            )
+        return self.pending.popleft()
+
+    def start_prefetch(self) -> None:
+        self.elements.start_prefetch()
+
+    def close(self) -> None:
+        self.elements.close()

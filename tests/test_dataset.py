@@ -1,0 +1,329 @@
+"""Contracts of the Grain pipeline: slot model, mixing, packing, sharding, resume."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import grain
+import numpy as np
+import pytest
+
+import grainpack as gp
+from grainpack.index.mixing import choose_source
+from grainpack.pipeline.batches import PipelineBatches
+
+
+def identity_selector(order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    return np.sort(order)
+
+
+def random_documents(rng: np.random.Generator, n: int, low: int, high: int) -> list[np.ndarray]:
+    return [rng.integers(1, 1000, size=rng.integers(low, high)) for _ in range(n)]
+
+
+@pytest.fixture
+def two_sources(tmp_path):
+    rng = np.random.default_rng(7)
+    en = gp.write_corpus(tmp_path / "en", random_documents(rng, 40, 0, 30), shard_tokens=200)
+    fr = gp.write_corpus(tmp_path / "fr", random_documents(rng, 9, 1, 12))
+    return {"en": str(tmp_path / "en"), "fr": str(tmp_path / "fr")}, (en, fr)
+
+
+def take(iterator, n):
+    return [next(iterator) for _ in range(n)]
+
+
+def rows_of(batch):
+    return np.concatenate([batch["inputs"], batch["targets"][:, -1:]], axis=1)
+
+
+def test_documents_rows_golden_hand_computed(tmp_path):
+    gp.write_corpus(tmp_path / "c", [[1, 2, 3], [4, 5], [6, 7, 8, 9]])
+    cfg = gp.PipelineConfig(
+        sources={"c": str(tmp_path / "c")},
+        block=4,
+        global_batch_size=4,
+        boundary_id=99,
+        sequence_selector=identity_selector,
+    )
+    b = next(iter(gp.make_dataset(cfg, process_index=0, process_count=1)))
+    # stream 1 2 3 99 | 4 5 99 | 6 7 8 9 -> rows [1 2 3 99 4] [5 99 6 7 8] [9 0 0 0 0], then
+    # epoch 1 starts again (the selector keeps the stored order).
+    assert b["inputs"].tolist() == [[1, 2, 3, 99], [5, 99, 6, 7], [9, 0, 0, 0], [1, 2, 3, 99]]
+    assert b["targets"].tolist() == [[2, 3, 99, 4], [99, 6, 7, 8], [0, 0, 0, 0], [2, 3, 99, 4]]
+    assert b["segment_ids"].tolist() == [[1, 1, 1, 1], [1, 1, 2, 2], [1, 0, 0, 0], [1, 1, 1, 1]]
+    assert b["positions"].tolist() == [[0, 1, 2, 3], [0, 1, 0, 1], [0, 0, 0, 0], [0, 1, 2, 3]]
+    assert b["loss_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]]
+    assert all(v.dtype == np.int32 for v in b.values())
+
+
+def test_documents_single_source_equals_pack_documents_epoch_after_epoch(two_sources):
+    paths, (en, _) = two_sources
+    cfg = gp.PipelineConfig(
+        sources={"en": paths["en"]}, block=16, global_batch_size=4, seed=3, boundary_id=1000
+    )
+    expected = np.concatenate(
+        [
+            gp.pack_documents(
+                en, gp.global_document_order(len(en), seed=3, epoch=e), 16, boundary_id=1000
+            ).rows
+            for e in range(3)
+        ]
+    )
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    got = np.concatenate([rows_of(b) for b in take(it, len(expected) // 4)])
+    np.testing.assert_array_equal(got, expected[: len(got)])
+
+
+@pytest.mark.parametrize("weights", [None, {"en": 0.8, "fr": 0.2}])
+def test_documents_mix_follows_seed_choice_and_per_source_epochs(two_sources, weights):
+    paths, sources = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=6, seed=11, weights=weights)
+    probs = cfg.probabilities
+    cumulative = np.cumsum(probs).tolist()
+    streams = [
+        np.concatenate(
+            [
+                gp.pack_documents(
+                    src, gp.global_document_order(len(src), seed=11 + j, epoch=e), 8
+                ).rows
+                for e in range(40)
+            ]
+        )
+        for j, src in enumerate(sources)
+    ]
+    seen = [0, 0]
+    expected = []
+    for slot in range(60):
+        j = choose_source(11, slot, cumulative)
+        expected.append(streams[j][seen[j]])
+        seen[j] += 1
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    got = np.concatenate([rows_of(b) for b in take(it, 10)])
+    np.testing.assert_array_equal(got, np.stack(expected))
+    assert seen[1] > len(streams[1]) // 40  # the small source repeated: new epochs were used
+
+
+def test_windows_unit_equals_mixed_stream_bit_for_bit(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(
+        sources=paths,
+        block=7,
+        global_batch_size=4,
+        seed=5,
+        unit="windows",
+        weights={"en": 0.6, "fr": 0.4},
+    )
+    stream = gp.MixedStream(paths, 7, 5, probs=[0.6, 0.4])
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    for _ in range(25):
+        rows, _counts = stream.next_batch(4)
+        np.testing.assert_array_equal(rows_of(next(it)), rows.astype(np.int64))
+
+
+@pytest.mark.parametrize("unit", ["documents", "windows"])
+def test_world_size_independence(two_sources, unit):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=8, seed=2, unit=unit)
+    reference = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 6)
+    for count in (2, 4):
+        per_process = [
+            take(iter(gp.make_dataset(cfg, process_index=p, process_count=count)), 6)
+            for p in range(count)
+        ]
+        for t in range(6):
+            for key, value in reference[t].items():
+                interleaved = np.empty_like(value)
+                for p in range(count):
+                    interleaved[p::count] = per_process[p][t][key]
+                np.testing.assert_array_equal(interleaved, value, err_msg=f"{key} step {t}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataset_and_data_loader_agree(two_sources, workers):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=1)
+    reference = take(iter(gp.make_dataset(cfg, process_index=1, process_count=2)), 5)
+    ds_iter = iter(gp.make_dataset(cfg, process_index=1, process_count=2, worker_count=workers))
+    loader = gp.make_data_loader(cfg, process_index=1, process_count=2, worker_count=workers)
+    for got in (take(ds_iter, 5), take(iter(loader), 5)):
+        for a, b in zip(got, reference):
+            assert a.keys() == b.keys()
+            for k in a:
+                np.testing.assert_array_equal(a[k], b[k])
+    ds_iter.close()
+
+
+@pytest.mark.slow
+def test_closing_workers_mid_stream_is_prompt(two_sources):
+    # One Grain element plans 512 steps here (hundreds of KB): a pickled element larger than
+    # a pipe's buffer used to block the worker's exit, and close() waited Grain's 25 s.
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=32, global_batch_size=16, seed=2)
+    reference = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 3)
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1, worker_count=2))
+    for got, want in zip(take(it, 3), reference):
+        np.testing.assert_array_equal(got["inputs"], want["inputs"])
+    time.sleep(1)  # the workers fill their queues
+    start = time.perf_counter()
+    it.close()
+    assert time.perf_counter() - start < 10
+
+
+def test_grain_elements_plan_about_8m_tokens(two_sources):
+    paths, _ = two_sources
+
+    def steps(**options):
+        cfg = gp.PipelineConfig(sources=paths, **options)
+        return PipelineBatches(cfg, process_count=2).steps_per_element
+
+    assert steps(block=8, global_batch_size=4) == 512  # capped
+    assert steps(block=2047, global_batch_size=64) == 128  # 32 rows of 2048: 2**16 a step
+    assert steps(block=8191, global_batch_size=4096) == 1  # one step is 16M tokens
+    # Selectors are pure functions of (order, seed, epoch): planned ahead like no selector.
+    assert steps(block=8, global_batch_size=4, sequence_selector=identity_selector) == 512
+    static = gp.LengthBuckets(edges=(4,), rates=(1.0, 0.5))
+    assert steps(block=8, global_batch_size=4, sequence_selector=static) == 512
+    # One that adapts online is planned one step at a time, after the loop's updates.
+    bandit = gp.LengthBuckets(edges=(4,), rates=gp.LengthBandit(2))
+    assert steps(block=8, global_batch_size=4, sequence_selector=bandit) == 1
+    assert steps(block=8, global_batch_size=4, sequence_selector=gp.Chain(static, bandit)) == 1
+
+
+@pytest.mark.slow
+def test_workers_carry_provenance_exactly(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(
+        sources=paths, block=8, global_batch_size=4, seed=3, boundary_id=999, provenance=True
+    )
+    reference = take(iter(gp.make_dataset(cfg, process_index=1, process_count=2)), 6)
+    it = iter(gp.make_dataset(cfg, process_index=1, process_count=2, worker_count=2))
+    try:
+        for got, want in zip(take(it, 6), reference):
+            assert got.keys() == want.keys() and "segment_document" in got
+            for k in got:
+                np.testing.assert_array_equal(got[k], want[k])
+    finally:
+        it.close()
+
+
+def test_batch_size_must_divide_by_process_count(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=6)
+    with pytest.raises(ValueError, match="not divisible by process_count=4"):
+        gp.make_dataset(cfg, process_index=0, process_count=4)
+
+
+def test_state_is_json_of_ints_and_resumes_exactly(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=9)
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=2))
+    take(it, 3)
+    state = json.loads(json.dumps(it.get_state()))
+    assert state["step"] == 3
+    assert all(type(v) is int for v in state.values())
+    expected = take(it, 4)
+    fresh = iter(gp.make_dataset(cfg, process_index=0, process_count=2))
+    fresh.set_state(state)
+    for a, b in zip(take(fresh, 4), expected):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_restore_refuses_another_config_unless_asked(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=9)
+    other = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=10)
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    take(it, 2)
+    state = it.get_state()
+    with pytest.raises(ValueError, match="another pipeline config or corpus"):
+        iter(gp.make_dataset(other, process_index=0, process_count=1)).set_state(state)
+    forced = iter(
+        gp.make_dataset(other, process_index=0, process_count=1, ignore_fingerprint_mismatch=True)
+    )
+    forced.set_state(state)
+    assert forced.get_state()["step"] == 2
+
+
+def test_restore_on_another_process_count_continues_global_batches(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=4)
+    single = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    take(single, 3)
+    state = single.get_state()
+    expected = next(single)
+    halves = []
+    for p in range(2):
+        it = iter(gp.make_dataset(cfg, process_index=p, process_count=2))
+        it.set_state(state)
+        halves.append(next(it))
+    for key, value in expected.items():
+        np.testing.assert_array_equal(value[0::2], halves[0][key])
+        np.testing.assert_array_equal(value[1::2], halves[1][key])
+
+
+def test_eval_pass_yields_every_row_once_then_padding(two_sources):
+    paths, (en, _) = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=3)
+    rows = gp.pack_documents(en, gp.global_document_order(len(en), seed=3, epoch=0), 8).rows
+    for count in (1, 2, 4):
+        per_process = [
+            list(gp.make_eval_dataset(cfg, source="en", process_index=p, process_count=count))
+            for p in range(count)
+        ]
+        steps = -(-len(rows) // 4)
+        assert all(len(batches) == steps for batches in per_process)
+        got = np.empty((steps * 4, 9), dtype=np.int64)
+        mask = np.empty((steps * 4, 8), dtype=np.int64)
+        for p in range(count):
+            got[p::count] = np.concatenate([rows_of(b) for b in per_process[p]])
+            mask[p::count] = np.concatenate([b["loss_mask"] for b in per_process[p]])
+        np.testing.assert_array_equal(got[: len(rows)], rows)
+        assert not got[len(rows) :].any() and not mask[len(rows) :].any()
+
+
+def test_source_shorter_than_one_row_is_an_error(tmp_path):
+    gp.write_corpus(tmp_path / "tiny", [[1, 2, 3]])
+    cfg = gp.PipelineConfig(sources={"t": str(tmp_path / "tiny")}, block=8, global_batch_size=2)
+    with pytest.raises(ValueError, match="fewer than one row"):
+        next(iter(gp.make_dataset(cfg, process_index=0, process_count=1)))
+
+
+def test_grain_data_loader_state_resumes(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=1)
+    loader = gp.make_data_loader(cfg, process_index=0, process_count=2)
+    it = iter(loader)
+    take(it, 2)
+    state = it.get_state()
+    expected = take(it, 2)
+    it2 = iter(gp.make_data_loader(cfg, process_index=0, process_count=2))
+    it2.set_state(state)
+    for a, b in zip(take(it2, 2), expected):
+        np.testing.assert_array_equal(a["inputs"], b["inputs"])
+    assert isinstance(loader, grain.DataLoader)
+
+
+@pytest.mark.parametrize("bad", [{"step": "3"}, {"step": -2}, {"step": 2.0}, {"digest": None}])
+def test_set_state_rejects_a_corrupt_state(two_sources, bad):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4)
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    next(it)
+    with pytest.raises(ValueError, match="corrupt grainpack iterator state"):
+        it.set_state({**it.get_state(), **bad})
+
+
+def test_make_dataset_evaluation_mode_is_the_eval_pass(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=3)
+    finite = list(gp.make_dataset(cfg, process_index=1, process_count=2, evaluation="fr"))
+    expected = list(gp.make_eval_dataset(cfg, source="fr", process_index=1, process_count=2))
+    assert len(finite) == len(expected) > 0
+    for a, b in zip(finite, expected):
+        np.testing.assert_array_equal(a["inputs"], b["inputs"])
+    with pytest.raises(ValueError, match="name the one to evaluate"):
+        gp.make_dataset(cfg, process_index=0, process_count=1, evaluation=True)

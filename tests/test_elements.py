@@ -1,0 +1,68 @@
+"""Grain elements: plans travel as one byte buffer; batches are expanded in pairs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import grainpack as gp
+from grainpack.index.layout import PackedRows, Provenance
+from grainpack.pipeline.batches import PipelineBatches
+from grainpack.pipeline.elements import ExpandedBatches
+
+
+def test_plan_bytes_round_trip_keeps_dtypes_shapes_and_values():
+    arrays = {
+        "filled": np.array([5, 3], dtype=np.int64),
+        "start": np.array([0, 2], dtype=np.int32)[::-1],  # not contiguous
+        "count": np.array([2, 7], dtype=np.intp),
+        "segment": np.array([1, 2, 0], dtype=np.int32),
+        "row_piece": np.array([0, 1, 2], dtype=np.int64),
+        "padded": np.zeros(0, dtype=np.int64),
+        "read_source": np.array([0, -1], dtype=np.int32),
+        "read_shard": np.array([0, 0], dtype=np.int32),
+        "read_start": np.array([1, 0], dtype=np.int64),
+        "read_stop": np.array([5, 1], dtype=np.int64),
+        "read_marks": np.array([3], dtype=np.int64),
+    }
+    provenance = Provenance(
+        source=np.array([0, -1], dtype=np.int32),
+        epoch=np.array([4, -1], dtype=np.int64),
+        segment_document=np.arange(6, dtype=np.int64).reshape(2, 3),
+        segment_offset=np.full((2, 3), -1, dtype=np.int64),
+    )
+    for plan in (PackedRows(**arrays), PackedRows(**arrays, provenance=provenance)):
+        element = plan.to_element()
+        assert element["bytes"].dtype == np.uint8 and element["bytes"].ndim == 1
+        assert all(offset % 8 == 0 for *_, offset in element["spec"])  # aligned views
+        back = PackedRows.from_element(element)
+        assert (back.provenance is None) == (plan.provenance is None)
+        pairs = [(getattr(back, k), v) for k, v in arrays.items()]
+        if plan.provenance is not None:
+            pairs += [
+                (getattr(back.provenance, k), getattr(provenance, k))
+                for k in ("source", "epoch", "segment_document", "segment_offset")
+            ]
+        for got, want in pairs:
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+            assert type(got) is np.ndarray
+
+
+def test_expanded_batches_equal_single_batches_and_share_no_memory(tmp_path):
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(1, 900, size=rng.integers(1, 40)) for _ in range(60)]
+    gp.write_corpus(tmp_path / "c", docs)
+    cfg = gp.PipelineConfig(sources={"c": str(tmp_path / "c")}, block=256, global_batch_size=4)
+    batches = PipelineBatches(cfg, process_count=1)
+    steps = batches.steps_per_element
+    plans = iter([batches.packed_steps(0, 0, steps=steps), batches.packed_steps(steps, 0, steps=3)])
+    expanded = ExpandedBatches(plans, batches)
+    assert expanded.group == 32 * 4  # rows of 32 batches: int32 arrays of 128 KiB
+    got = [next(expanded) for _ in range(steps + 3)]
+    for step in (0, 1, 31, 32, steps - 1, steps, steps + 2):
+        want = batches.batch(step, 0)
+        for key in want:
+            np.testing.assert_array_equal(got[step][key], want[key])
+    assert not np.shares_memory(got[0]["inputs"], got[1]["inputs"])
+    got[0]["inputs"][:] = -1  # a batch is the caller's to change
+    assert (got[1]["inputs"] != -1).all()

@@ -1,0 +1,60 @@
+"""The package's layers: what each subpackage may import, and a front door without JAX."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "grainpack"
+STDLIB = set(sys.stdlib_module_names)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Top-level names of every module a file imports (absolute imports)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def allowed(module: str, own: tuple[str, ...]) -> bool:
+    top = module.split(".")[0]
+    return top in STDLIB or top == "numpy" or module.startswith(own)
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "index").glob("*.py")), ids=lambda p: p.name)
+def test_index_imports_numpy_and_the_standard_library_only(path):
+    own = ("grainpack.index", "grainpack.checks")
+    bad = sorted(m for m in imports_of(path) if not allowed(m, own))
+    assert bad == [], f"{path.name} imports {bad}: the index layer is pure index math"
+
+
+def test_checks_is_pure_too():
+    assert all(allowed(m, ()) for m in imports_of(PACKAGE / "checks.py"))
+
+
+@pytest.mark.parametrize("layer", ["index", "corpus", "curriculum", "reference"])
+def test_lower_layers_never_import_the_pipeline_jax_or_orbax(layer):
+    for path in (PACKAGE / layer).glob("*.py"):
+        for module in imports_of(path):
+            top = module.split(".")[0]
+            assert top not in ("grain", "jax", "orbax"), f"{path} imports {module}"
+            assert not module.startswith(("grainpack.pipeline", "grainpack.jax", "grainpack.orbax"))
+
+
+def test_import_grainpack_loads_neither_grain_jax_nor_orbax():
+    code = (
+        "import sys, grainpack\n"
+        "loaded = [m for m in ('grain', 'jax', 'orbax') if m in sys.modules]\n"
+        "print(loaded)\n"
+        "grainpack.make_dataset  # the lazy names still resolve\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

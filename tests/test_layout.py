@@ -1,0 +1,162 @@
+"""Row assembly: model arrays from spans, and provenance that rebuilds every row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import grainpack as gp
+from grainpack.index.layout import Part, pack_rows
+from grainpack.index.stream import row_spans, stream_plan
+from grainpack.pipeline.expand import expand_rows
+from grainpack.pipeline.gather import RowReader
+
+
+class ListReader:
+    """A stream reader over a list of documents (what row assembly needs)."""
+
+    def __init__(self, docs, dtype=np.int64):
+        self.stream = np.concatenate(docs).astype(dtype)
+        self.offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def shard_starts(self):
+        return np.array([0, len(self.stream)])
+
+    def shard_view(self, shard):
+        return memoryview(self.stream)
+
+
+def assemble_rows(parts, *, num_rows, block, pad_id, boundary_id, provenance=False):
+    packed = pack_rows(
+        parts, num_rows=num_rows, block=block, boundary=boundary_id is not None,
+        provenance=provenance,
+    )  # fmt: skip
+    readers = [p.stream for p in parts]
+    reader = RowReader(packed, readers, block=block, pad_id=pad_id, boundary_id=boundary_id)
+    return expand_rows(packed, reader.read(0, num_rows))
+
+
+def test_assemble_rows_golden_with_boundaries_and_padding_row():
+    docs = [np.array([10, 11, 12]), np.array([20]), np.array([30, 31, 32, 33, 34])]
+    plan = stream_plan(np.array([3, 1, 5]), np.array([2, 0, 1]), boundary=True)
+    # stream: 30 31 32 33 34 B | 10 11 12 B | 20  (B = 7) -> rows of 4: [30 31 32 33]
+    # [34 B 10 11] [12 B 20 pad]
+    spans = row_spans(plan, np.array([1, 2]), block=3)
+    part = Part(0, 0, ListReader(docs), spans, np.array([0, 2]))
+    out = assemble_rows([part], num_rows=3, block=3, pad_id=0, boundary_id=7, provenance=True)
+    assert out["inputs"].tolist() == [[34, 7, 10], [0, 0, 0], [12, 7, 20]]
+    assert out["targets"].tolist() == [[7, 10, 11], [0, 0, 0], [7, 20, 0]]
+    assert out["segment_ids"].tolist() == [[1, 1, 2], [0, 0, 0], [1, 1, 2]]
+    assert out["positions"].tolist() == [[0, 1, 0], [0, 0, 0], [0, 1, 0]]
+    assert out["loss_mask"].tolist() == [[1, 1, 1], [0, 0, 0], [1, 1, 0]]
+    assert out["source"].tolist() == [0, -1, 0]
+    # block + 1 columns: the most segments a row can hold, so every batch has one shape
+    assert out["segment_document"].tolist() == [[2, 0, -1, -1], [-1] * 4, [0, 1, -1, -1]]
+    assert out["segment_offset"].tolist() == [[4, 0, -1, -1], [-1] * 4, [2, 0, -1, -1]]
+
+
+def test_boundary_spans_need_a_boundary_id():
+    plan = stream_plan(np.array([2, 2]), None, boundary=True)
+    part = Part(
+        0,
+        0,
+        ListReader([np.array([1, 2]), np.array([3, 4])]),
+        row_spans(plan, np.array([0]), block=4),
+        np.array([0]),
+    )
+    with pytest.raises(ValueError, match="boundary_id is None"):
+        assemble_rows([part], num_rows=1, block=4, pad_id=0, boundary_id=None)
+
+
+@pytest.mark.parametrize("unit", ["documents", "windows"])
+def test_provenance_rebuilds_every_row_from_the_corpus(tmp_path, unit):
+    rng = np.random.default_rng(0)
+    paths = {}
+    for name, n in (("a", 30), ("b", 8)):
+        docs = [rng.integers(1, 300, size=rng.integers(1, 25)) for _ in range(n)]
+        gp.write_corpus(tmp_path / name, docs, shard_tokens=64)
+        paths[name] = str(tmp_path / name)
+    boundary = 999 if unit == "documents" else None
+    cfg = gp.PipelineConfig(
+        sources=paths,
+        block=12,
+        global_batch_size=6,
+        seed=4,
+        unit=unit,
+        boundary_id=boundary,
+        provenance=True,
+    )
+    corpora = [gp.open_corpus(p) for p in paths.values()]
+    it = iter(gp.make_dataset(cfg, process_index=1, process_count=2))
+    for _ in range(12):
+        batch = next(it)
+        for r in range(3):
+            source = corpora[batch["source"][r]]
+            segments = batch["segment_ids"][r]
+            documents = batch["segment_document"][r]
+            n_segments = int((documents >= 0).sum())
+            real = int((segments > 0).sum() + batch["loss_mask"][r, -1])
+            sizes = [int((segments == k + 1).sum()) for k in range(n_segments)]
+            sizes[-1] = real - sum(sizes[:-1])  # the row's last token may open a segment
+            rebuilt = []
+            for k, size in enumerate(sizes):
+                start = int(batch["segment_offset"][r, k])
+                tokens = list(source[int(documents[k])][start : start + size])
+                if len(tokens) < size:  # the segment runs past its document: boundary token
+                    tokens.append(boundary)
+                rebuilt += tokens
+            row = [*list(batch["inputs"][r]), batch["targets"][r, -1]]
+            assert rebuilt == row[: len(rebuilt)]
+            assert all(t == cfg.pad_id for t in row[len(rebuilt) :])
+
+
+@pytest.mark.parametrize("dtypes", [("uint16", "uint16"), ("uint16", "uint32")])
+@pytest.mark.parametrize("boundary_id", [None, 7])
+def test_row_reader_equals_naive_rows_across_shards_and_dtypes(tmp_path, dtypes, boundary_id):
+    rng = np.random.default_rng(3)
+    block, pad_id, num_rows = 9, 0, 30
+    width = block + 1
+    parts, expected = [], np.full((num_rows, width), pad_id, dtype=np.int64)
+    free = rng.permutation(num_rows)[: num_rows - 4]  # 4 rows stay padding
+    for j, dtype in enumerate(dtypes):
+        high = 60_000 if dtype == "uint16" else 100_000
+        docs = [rng.integers(1, high, size=rng.integers(0, 25)) for _ in range(40)]
+        src = gp.write_corpus(tmp_path / f"s{j}", docs, dtype=dtype, shard_tokens=40)
+        assert len(src.shards) > 5  # pieces cross shard ends
+        order = rng.permutation(len(docs))
+        with_boundary = [[*docs[d], boundary_id] for d in order] if boundary_id else None
+        stream = np.concatenate(
+            [np.concatenate(with_boundary)[:-1]] if with_boundary else [docs[d] for d in order]
+        )
+        plan = stream_plan(src.lengths, order, boundary=boundary_id is not None)
+        rows = rng.choice(plan.num_rows(block), size=13, replace=False)
+        destination = free[13 * j : 13 * (j + 1)]
+        for r, d in zip(rows, destination):
+            row = stream[r * width : (r + 1) * width]
+            expected[d, : len(row)] = row
+        spans = row_spans(plan, np.sort(rows), block=block)
+        parts.append(Part(j, 0, src, spans, destination[np.argsort(rows)]))
+    packed = pack_rows(parts, num_rows=num_rows, block=block, boundary=boundary_id is not None)
+    readers = [p.stream for p in parts]
+    reader = RowReader(packed, readers, block=block, pad_id=pad_id, boundary_id=boundary_id)
+    assert reader.dtype == np.dtype(dtypes[1] if len(set(dtypes)) == 1 else np.int32)
+    got = np.concatenate([reader.read(a, b) for a, b in ((0, 7), (7, 8), (8, 30))])
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_row_reader_converts_shards_stored_in_another_byte_order():
+    # A little-endian file on a big-endian host, mirrored: the reader's dtype is native
+    # uint16 while its shard's bytes are big-endian.
+    class SwappedReader(ListReader):
+        def shard_view(self, shard):
+            return memoryview(self.stream.astype(">u2"))
+
+    docs = [np.array([1, 2, 300]), np.array([40_000, 5])]
+    reader = SwappedReader(docs, dtype=np.uint16)
+    plan = stream_plan(np.array([3, 2]), None, boundary=True)
+    part = Part(0, 0, reader, row_spans(plan, np.array([0, 1]), block=2), np.array([0, 1]))
+    out = assemble_rows([part], num_rows=2, block=2, pad_id=0, boundary_id=7)
+    assert out["inputs"].tolist() == [[1, 2], [7, 40_000]]
+    assert out["targets"].tolist() == [[2, 300], [40_000, 5]]
