@@ -1,7 +1,7 @@
 """Resume cost of MixedStream at slot 10**8: ``skip_to`` and ``load_state_dict``.
 
 Run: ``python benchmarks/bench_resume.py [--slot N]``. Prints timings (no assertions).
-The seed's ``skip_to`` walked slots in Python (about a minute for 10**8); grainpack counts
+The window loader's ``skip_to`` walked slots in Python (about a minute for 10**8); grainpack counts
 them from cached per-block hashes of 2**16 slots.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 from grainpack.reference.windows import MixedStream
 
 
-def _seed_layout(directory: Path, num_tokens: int, offset: int) -> Path:
+def _flat_layout(directory: Path, num_tokens: int, offset: int) -> Path:
     directory.mkdir(parents=True)
     np.arange(offset, offset + num_tokens, dtype=np.uint16).tofile(directory / "0.bin")
     (directory / "index.json").write_text(json.dumps({"0.bin": num_tokens}))
@@ -31,8 +31,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         sources = {
-            "en": _seed_layout(Path(tmp) / "en", 50_000, 0),
-            "ar": _seed_layout(Path(tmp) / "ar", 30_000, 30_000),
+            "en": _flat_layout(Path(tmp) / "en", 50_000, 0),
+            "ar": _flat_layout(Path(tmp) / "ar", 30_000, 30_000),
         }
         for probs in ([0.5, 0.5], [0.1, 0.9]):
             mix = MixedStream(sources, 2048, 0, probs)

@@ -1,4 +1,9 @@
-"""Argument checks shared by the public entry points (clear errors, never ``assert``)."""
+"""Argument checks shared by every layer (clear errors, never ``assert``).
+
+One rule: a value of the wrong type raises ``TypeError``; a value of the right type that is
+out of range raises ``ValueError``. Both name the argument and the value found. NumPy
+scalars count as numbers (``np.int64`` as an int, ``np.float32`` as a real number).
+"""
 
 from __future__ import annotations
 
@@ -39,13 +44,25 @@ def check_float(
     *,
     closed_low: bool = False,
     closed_high: bool = False,
+    fix: str = "",
 ) -> float:
+    """Returns ``value`` as a float in the interval, or raises naming it.
+
+    Example:
+        >>> check_float("weight", np.float32(0.5), 0.0, 1.0)
+        0.5
+    """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number; got {value!r}")
+        raise TypeError(f"{name} must be a number; got {value!r} of type {type(value).__name__}")
     x = float(value)
+    fix = f" ({fix})" if fix else ""
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be a finite number; got {name}={value!r}{fix}")
     if not (low < x < high or (closed_low and x == low) or (closed_high and x == high)):
         left, right = "[" if closed_low else "(", "]" if closed_high else ")"
-        raise ValueError(f"{name} must lie in {left}{low}, {high}{right}; got {name}={value!r}")
+        raise ValueError(
+            f"{name} must lie in {left}{low}, {high}{right}; got {name}={value!r}{fix}"
+        )
     return x
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import grainpack as gp
@@ -75,7 +76,7 @@ def test_config_rejects_bad_input():
         gp.PipelineConfig(
             sources=paths, block=8, global_batch_size=4, weights={"en": float("nan"), "fr": 0.5}
         )
-    with pytest.raises(ValueError, match="must be > 0"):
+    with pytest.raises(ValueError, match=r"must lie in \(0.0, inf\).*drop a source instead"):
         gp.PipelineConfig(
             sources=paths, block=8, global_batch_size=4, weights={"en": 0.0, "fr": 1.0}
         )
@@ -84,4 +85,23 @@ def test_config_rejects_bad_input():
     with pytest.raises(ValueError, match="documents' only"):
         gp.PipelineConfig(
             sources=paths, block=8, global_batch_size=4, unit="windows", boundary_id=3
+        )
+
+
+def test_weights_accept_any_real_number_type(tmp_path):
+    paths = {"en": str(tmp_path / "en"), "fr": str(tmp_path / "fr")}
+    numpy = gp.PipelineConfig(
+        sources=paths, block=8, global_batch_size=4,
+        weights={"en": np.float32(0.5), "fr": np.float64(0.5)},
+    )  # fmt: skip
+    assert numpy.probabilities == (0.5, 0.5)
+    assert (
+        numpy.description()
+        == gp.PipelineConfig(
+            sources=paths, block=8, global_batch_size=4, weights={"en": 0.5, "fr": 0.5}
+        ).description()
+    )
+    with pytest.raises(TypeError, match=r"weights\['en'\] must be a number; got '0\.5' of type"):
+        gp.PipelineConfig(
+            sources=paths, block=8, global_batch_size=4, weights={"en": "0.5", "fr": 0.5}
         )

@@ -83,7 +83,7 @@ def test_convert_jsonl_bad_line_names_file_and_line(tmp_path, text, match):
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
-def test_convert_corpus_seed_layout_with_eos(tmp_path):
+def test_convert_corpus_flat_layout_with_eos(tmp_path):
     seed = tmp_path / "seed"
     seed.mkdir()
     (seed / "s0.bin").write_bytes(struct.pack("<5H", 1, 0, 2, 3, 0))

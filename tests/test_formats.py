@@ -1,4 +1,4 @@
-"""grainpack.formats: the seed layout and Megatron .bin/.idx read without conversion."""
+"""open_corpus on the flat-shard index.json layout and Megatron .bin/.idx (no conversion)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def _docs(src) -> list[list[int]]:
     return [src[i].tolist() for i in range(len(src))]
 
 
-# -- seed layout ----------------------------------------------------------------------------------
+# -- flat-shard layout ----------------------------------------------------------------------------
 
 
 def _write_seed(path: Path, shards: dict[str, list[int]], counts: dict[str, int] | None = None):
@@ -30,7 +30,7 @@ def _write_seed(path: Path, shards: dict[str, list[int]], counts: dict[str, int]
 SEED = {"b.bin": [5, 0, 6, 7, 0], "a.bin": [1, 2, 0, 3], "c.bin": [], "d.bin": [65535]}
 
 
-def test_open_corpus_seed_layout_one_document_per_shard(tmp_path):
+def test_open_corpus_flat_layout_one_document_per_shard(tmp_path):
     _write_seed(tmp_path, SEED)
     src = open_corpus(tmp_path)
     # Sorted names a, b, (c empty: skipped), d.
@@ -38,7 +38,7 @@ def test_open_corpus_seed_layout_one_document_per_shard(tmp_path):
     assert (src.dtype, src.num_tokens, src.eos_id) == (np.dtype("uint16"), 10, None)
 
 
-def test_open_corpus_seed_layout_splits_after_eos(tmp_path):
+def test_open_corpus_flat_layout_splits_after_eos(tmp_path):
     _write_seed(tmp_path, SEED)
     src = open_corpus(tmp_path, eos_id=0)
     # a: [1,2,0] + trailing [3]; b: [5,0], [6,7,0]; d: [65535] (no eos: one document).
@@ -47,12 +47,12 @@ def test_open_corpus_seed_layout_splits_after_eos(tmp_path):
     assert src.eos_id == 0
 
 
-def test_open_corpus_seed_layout_reads_only_indexed_tokens(tmp_path):
+def test_open_corpus_flat_layout_reads_only_indexed_tokens(tmp_path):
     _write_seed(tmp_path, {"x.bin": [4, 5, 6]}, counts={"x.bin": 2})
     assert _docs(open_corpus(tmp_path)) == [[4, 5]]
 
 
-def test_open_corpus_seed_layout_errors(tmp_path):
+def test_open_corpus_flat_layout_errors(tmp_path):
     _write_seed(tmp_path, {"x.bin": [4, 5]}, counts={"x.bin": 3})
     with pytest.raises(ValueError, match=r"index\.json says 3 uint16 tokens, file is 4 bytes"):
         open_corpus(tmp_path)
@@ -67,7 +67,7 @@ def test_open_corpus_seed_layout_errors(tmp_path):
         open_corpus(tmp_path, eos_id=70000)
 
 
-def test_fingerprint_seed_layout_depends_on_eos_and_sizes(tmp_path):
+def test_fingerprint_flat_layout_depends_on_eos_and_sizes(tmp_path):
     _write_seed(tmp_path / "a", SEED)
     _write_seed(tmp_path / "b", SEED)
     assert fingerprint(tmp_path / "a") == fingerprint(tmp_path / "b")
@@ -84,7 +84,7 @@ _FORMATS = {8: "H", 4: "i", 3: "h", 1: "B"}  # Megatron dtype code -> struct for
 def _write_megatron(
     prefix: Path, docs, *, code=8, version=1, magic=b"MMIDIDX\x00\x00", pointers=None
 ) -> None:
-    """Writes PREFIX.bin/.idx from the byte layout in peers.md §1.1 (struct only)."""
+    """Writes PREFIX.bin/.idx from Megatron-LM's documented byte layout (struct only)."""
     fmt = _FORMATS.get(code, "H")
     size = struct.calcsize(fmt)
     prefix.with_suffix(".bin").write_bytes(

@@ -223,7 +223,7 @@ def test_normalize_probabilities_rejects(probs, error, match):
 
 
 def test_normalize_probabilities_keeps_values_within_tolerance():
-    # The seed's check: |sum - 1| < 1e-6, values unchanged (they feed the running sum).
+    # The window loader's check: |sum - 1| < 1e-6, values unchanged (they feed the running sum).
     assert normalize_probabilities([0.5, 0.5 - 5e-7], 2) == (0.5, 0.5 - 5e-7)
 
 

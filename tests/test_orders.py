@@ -43,7 +43,7 @@ def test_splitmix64_reference_sequence_seed_1234567():
 @pytest.mark.parametrize(
     ("x", "same_as"),
     [
-        (2**64, 0),  # wraps like the seed's masking
+        (2**64, 0),  # wraps like the window loader's masking
         (-1, 2**64 - 1),  # negative ints are reduced mod 2**64
         (3 * 2**64 + 5, 5),  # far above 2**64
     ],
@@ -183,6 +183,6 @@ def test_shard_documents_for_rank_validates(rank, world_size, error, match):
 
 
 def test_window_permutation_golden():
-    # Seed 001's PackedStream epoch order: default_rng([seed, epoch, 0xDA7A]).permutation(n).
+    # The window loader's epoch order: default_rng([seed, epoch, 0xDA7A]).permutation(n).
     assert window_permutation(5, 7, 0).tolist() == [3, 2, 4, 1, 0]
     assert window_permutation(5, 7, 1).tolist() == [4, 3, 2, 1, 0]

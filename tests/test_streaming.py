@@ -1,4 +1,4 @@
-"""Tests for grainpack.streaming: per-rank shuffled, packed micro-batches (seed 000)."""
+"""Tests for grainpack.reference.streaming: per-rank shuffled, packed micro-batches."""
 
 from __future__ import annotations
 

@@ -88,13 +88,13 @@ def test_verify_corpus_not_a_corpus(tmp_path):
         verify_corpus(tmp_path, chunk_tokens=0)
 
 
-def test_verify_corpus_seed_layout_and_megatron(tmp_path):
+def test_verify_corpus_flat_layout_and_megatron(tmp_path):
     seed = tmp_path / "seed"
     seed.mkdir()
     (seed / "a.bin").write_bytes(struct.pack("<3H", 7, 0, 300))
     (seed / "index.json").write_text('{"a.bin": 3}')
     report = verify_corpus(seed, eos_id=0)
-    assert (report.kind, report.num_documents, report.max_token_id) == ("seed-layout", 2, 300)
+    assert (report.kind, report.num_documents, report.max_token_id) == ("flat-shard", 2, 300)
     (tmp_path / "m.bin").write_bytes(struct.pack("<2i", 5, -1))
     idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4, 1, 2)
     idx += struct.pack("<i", 2) + struct.pack("<q", 0) + struct.pack("<2q", 0, 1)

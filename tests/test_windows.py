@@ -1,4 +1,4 @@
-"""Tests for grainpack.windows: PackedStream windows and MixedStream language mixing (seed 001)."""
+"""grainpack.reference.windows: the window loader's PackedStream and MixedStream."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from grainpack.index.mixing import BLOCK_SLOTS, choose_sources, cumulative_proba
 from grainpack.reference.windows import MixedStream, PackedStream
 
 
-def write_seed_layout(directory, shards):
-    """Seed 001's on-disk layout: raw uint16 files plus index.json (name -> token count)."""
+def write_flat_layout(directory, shards):
+    """The flat-shard layout: raw uint16 files plus index.json (name -> token count)."""
     directory.mkdir(parents=True, exist_ok=True)
     for name, tokens in shards.items():
         np.asarray(tokens, dtype=np.uint16).tofile(directory / name)
@@ -27,7 +27,7 @@ def write_seed_layout(directory, shards):
 def abc_dir(tmp_path):
     # Listed out of order on purpose: the stream is a.bin, c.bin (sorted, empty b.bin skipped)
     # = 0 1 2 ... 9 100 101 102 103 104.
-    return write_seed_layout(
+    return write_flat_layout(
         tmp_path / "abc",
         {"c.bin": range(100, 105), "b.bin": [], "a.bin": range(10)},
     )
@@ -36,8 +36,8 @@ def abc_dir(tmp_path):
 @pytest.fixture
 def en_ar(tmp_path):
     # en tokens < 1000, ar tokens >= 1000: a row's language is visible in its values.
-    en = write_seed_layout(tmp_path / "en", {"0.bin": range(0, 40)})
-    ar = write_seed_layout(
+    en = write_flat_layout(tmp_path / "en", {"0.bin": range(0, 40)})
+    ar = write_flat_layout(
         tmp_path / "ar", {"0.bin": range(1000, 1030), "1.bin": range(2000, 2013)}
     )
     return {"en": en, "ar": ar}

@@ -208,12 +208,12 @@ def convert_corpus(
     """Converts anything :func:`~grainpack.corpus.open_corpus` reads into a native corpus.
 
     Args:
-        src_path: A seed-layout directory, a Megatron prefix, or a native corpus.
+        src_path: A flat-shard ``index.json`` directory, a Megatron prefix, or a native corpus.
         out: Output directory (must differ from ``src_path``).
         dtype: Output dtype; default ``"uint16"`` for sources of at most 2 bytes per token,
             else ``"uint32"`` (ids are validated either way; nothing wraps).
         vocab_size: Default: the source's.
-        eos_id: Used to read ``src_path`` (seed layout: split after each eos) and recorded in
+        eos_id: Used to read ``src_path`` (flat-shard layout: split after each eos) and recorded in
             the output manifest; default: the source's.
         shard_tokens, overwrite: As for ``CorpusWriter``.
         progress: Show a tqdm progress bar over tokens.

@@ -22,7 +22,7 @@ from grainpack.corpus.source import (
 
 _MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
 _MEGATRON_HEADER = 34
-# peers.md §1.1; codes 6 (float64) and 7 (float32) are not token ids.
+# Megatron-LM's DType codes; codes 6 (float64) and 7 (float32) are not token ids.
 _MEGATRON_DTYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 8: "uint16"}
 
 

@@ -32,7 +32,7 @@ class VerifyReport:
 
     Attributes:
         path: The corpus path as given.
-        kind: ``"grainpack"``, ``"seed-layout"`` or ``"megatron"``.
+        kind: ``"grainpack"``, ``"flat-shard"`` or ``"megatron"``.
         num_documents, num_tokens, num_shards: Sizes.
         dtype: Token dtype name.
         vocab_size: Vocabulary size if recorded (then every id was checked against it).
@@ -55,7 +55,7 @@ class VerifyReport:
 
 def _kind(path: Path) -> str:
     if path.is_dir():
-        return "grainpack" if (path / MANIFEST_NAME).is_file() else "seed-layout"
+        return "grainpack" if (path / MANIFEST_NAME).is_file() else "flat-shard"
     return "megatron"
 
 
@@ -143,7 +143,7 @@ def verify_corpus(
 
     Args:
         path: Anything :func:`~grainpack.corpus.open_corpus` accepts.
-        eos_id: Passed to ``open_corpus`` (seed layout: split documents at eos).
+        eos_id: Passed to ``open_corpus`` (flat-shard layout: split documents at eos).
         progress: Show a tqdm progress bar over tokens.
         chunk_tokens: Tokens per scan step.
 

@@ -22,7 +22,7 @@ def splitmix64(x: int) -> int: ...
 @overload
 def splitmix64(x: np.ndarray) -> np.ndarray: ...
 def splitmix64(x: int | np.ndarray) -> int | np.ndarray:
-    """One SplitMix64 step: the seed's ``_splitmix64``, on Python ints modulo 2**64.
+    """One SplitMix64 step: the window loader's ``_splitmix64``, on Python ints modulo 2**64.
 
     An array argument is hashed elementwise by :func:`splitmix64_array` (same values).
 

@@ -35,14 +35,14 @@ __all__ = [
     "source_thresholds",
 ]
 
-SLOT_SEED_MULTIPLIER = 0x100000001  # seed 001: splitmix64(seed * 0x100000001 + slot)
+SLOT_SEED_MULTIPLIER = 0x100000001  # window loader: splitmix64(seed * 0x100000001 + slot)
 BLOCK_SLOTS = 1 << 16  # slots per cached count block; 512 KiB of uint64 scratch, fits in L2
 _CHUNK_SLOTS = 1 << 20  # scratch size of choose_sources (bounded memory for long ranges)
 _THREADED_BLOCKS = 256  # extend the block cache with 2 threads from 2**24 new slots on
 
 
 def cumulative_probabilities(probs: Sequence[float]) -> tuple[float, ...]:
-    """Running sums ``acc += p`` in Python floats, exactly the seed's accumulation order.
+    """Running sums ``acc += p`` in Python floats, exactly the window loader's accumulation order.
 
     Example:
         >>> cumulative_probabilities((0.1, 0.2, 0.7))
@@ -57,7 +57,7 @@ def cumulative_probabilities(probs: Sequence[float]) -> tuple[float, ...]:
 
 
 def choose_source(seed: int, slot: int, cumulative: Sequence[float]) -> int:
-    """Source index slot ``slot`` picks: exactly the seed's ``_choose`` (one source -> 0).
+    """Source index slot ``slot`` picks: exactly the window loader's ``_choose`` (one source -> 0).
 
     Example:
         >>> choose_source(0, 0, (0.5, 1.0))  # splitmix64(0) / 2**64 = 0.88...

@@ -22,8 +22,8 @@ __all__ = [
     "window_permutation",
 ]
 
-# Third SeedSequence word of the document-level order (seed 000) and of the window-level
-# order (seed 001, `default_rng([seed, epoch, 0xDA7A])`): one named stream per kind of order.
+# Third SeedSequence word of the document pipeline's order and of the window loader's order
+# (`default_rng([seed, epoch, 0xDA7A])`): one named stream per kind of order.
 DOCUMENT_ORDER_STREAM = 0xD0C5
 WINDOW_ORDER_STREAM = 0xDA7A
 
@@ -153,7 +153,7 @@ def shard_documents_for_rank(order: np.ndarray, rank: int, world_size: int) -> n
 
 
 def window_permutation(n_windows: int, seed: int, epoch: int) -> np.ndarray:
-    """Window order of one epoch, as seed 001: ``default_rng([seed, epoch, 0xDA7A])``.
+    """Window order of one epoch, as the window loader's: ``default_rng([seed, epoch, 0xDA7A])``.
 
     Args:
         n_windows: number of windows, >= 0.

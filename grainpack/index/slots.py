@@ -1,8 +1,8 @@
 """Slots and processes: which global slots a process's batches hold, and back to slot order.
 
 Global batch ``t`` is slots ``[t*B, (t+1)*B)``; process ``p`` of ``P`` holds slots
-``t*B + p + k*P`` for ``k < B // P`` (round-robin, as the seeds' ``rank_batch`` and
-``shard_documents_for_rank``). This module is the one place that rule is written.
+``t*B + p + k*P`` for ``k < B // P`` (round-robin, as the window loader's ``rank_batch``
+and ``shard_documents_for_rank``). This module is the one place that rule is written.
 
 Pure: numpy and the standard library only.
 """

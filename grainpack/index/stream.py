@@ -16,10 +16,14 @@ Only document lengths are touched here; tokens are read elsewhere.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
 
 import numpy as np
 
 from grainpack.index.orders import SequenceSelector, global_document_order, window_permutation
+
+logger = logging.getLogger(__name__)
 
 WINDOW_ROWS = 256  # rows of spans computed at once for sequential requests
 
@@ -42,11 +46,6 @@ class StreamPlan:
     bounds: np.ndarray
     boundary: bool
     total: int
-
-    @property
-    def ends(self) -> np.ndarray:
-        """Stream position just past each document (and its boundary token)."""
-        return self.bounds[1:]
 
     def num_rows(self, block: int) -> int:
         """Rows of ``block + 1`` tokens needed for the stream (the last one padded)."""
@@ -152,9 +151,7 @@ class SourceRows:
         self.unit, self.block, self.seed = unit, block, seed
         self.boundary, self.selector = boundary, selector
         self._cache_epochs = cache_epochs
-        self._plans: dict[int, StreamPlan] = {}
-        self._perms: dict[int, np.ndarray] = {}
-        self._windows: dict[int, tuple[int, int, Spans, np.ndarray]] = {}
+        self._epochs: dict[int, _Epoch] = {}  # the last few epochs used, oldest first
         self._epoch_rows: list[int] = []
         self._epoch_totals: list[int] = []
         self._epoch_starts = np.zeros(1, dtype=np.int64)
@@ -167,16 +164,34 @@ class SourceRows:
             rows = -(-self._unselected_total // (block + 1))
             self.rows_per_epoch = rows if selector is None else None
 
+    def _epoch(self, epoch: int) -> _Epoch:
+        """The cache entry of ``epoch``; the oldest epoch is evicted beyond ``cache_epochs``."""
+        entry = self._epochs.get(epoch)
+        if entry is None:
+            while len(self._epochs) >= self._cache_epochs:
+                self._epochs.pop(next(iter(self._epochs)))
+            entry = self._epochs[epoch] = _Epoch()
+        return entry
+
     def epoch_plan(self, epoch: int) -> StreamPlan:
         """The documents-unit stream of ``epoch`` (cached)."""
-        plan = self._plans.get(epoch)
-        if plan is None:
+        entry = self._epoch(epoch)
+        if entry.plan is None:
+            started = time.perf_counter()
             order = global_document_order(
                 len(self.lengths), seed=self.seed, epoch=epoch, sequence_selector=self.selector
             )
-            plan = stream_plan(self.lengths, order, boundary=self.boundary)
-            _remember(self._plans, epoch, plan, self._cache_epochs)
-        return plan
+            entry.plan = stream_plan(self.lengths, order, boundary=self.boundary)
+            logger.info(
+                "planned epoch %d (seed %d): %d of %d documents, %d rows, %.3f s",
+                epoch,
+                self.seed,
+                len(order),
+                len(self.lengths),
+                entry.plan.num_rows(self.block),
+                time.perf_counter() - started,
+            )
+        return entry.plan
 
     def rows_in_epoch(self, epoch: int) -> int:
         """Rows in ``epoch`` (constant unless a selector changes the epoch's documents)."""
@@ -240,15 +255,14 @@ class SourceRows:
         run = n and r0 >= 0 and int(rows[-1]) - r0 == n - 1 and bool((np.diff(rows) == 1).all())
         if not run or n >= WINDOW_ROWS:  # a large request is its own window
             return self._compute_spans(epoch, rows)
-        window = self._windows.get(epoch)
+        window = self._epoch(epoch).window
         if window is None or not window[0] <= r0 <= r0 + n <= window[1]:
             stop = max(min(r0 + WINDOW_ROWS, self.rows_in_epoch(epoch)), r0 + n)
             table = self._compute_spans(epoch, np.arange(r0, stop))
             for field in dataclasses.fields(table):
                 getattr(table, field.name).flags.writeable = False
             first = np.searchsorted(table.row, np.arange(stop - r0 + 1))  # each row's spans
-            window = (r0, stop, table, first)
-            _remember(self._windows, epoch, window, self._cache_epochs)
+            window = self._epoch(epoch).window = (r0, stop, table, first)
         k = r0 - window[0]
         table, first = window[2], window[3]
         cut = slice(first[k], first[k + n])
@@ -264,15 +278,18 @@ class SourceRows:
 
     def _compute_spans(self, epoch: int, rows: np.ndarray) -> Spans:
         if self.unit == "windows":
-            perm = self._perms.get(epoch)
-            if perm is None:
-                perm = window_permutation(self.rows_per_epoch or 0, self.seed, epoch)
-                _remember(self._perms, epoch, perm, self._cache_epochs)
-            return row_spans(self._identity, perm[rows], block=self.block)
+            entry = self._epoch(epoch)
+            if entry.permutation is None:
+                entry.permutation = window_permutation(self.rows_per_epoch or 0, self.seed, epoch)
+            return row_spans(self._identity, entry.permutation[rows], block=self.block)
         return row_spans(self.epoch_plan(epoch), rows, block=self.block)
 
 
-def _remember(cache: dict, key: int, value: object, size: int) -> None:
-    while len(cache) >= size:
-        cache.pop(next(iter(cache)))
-    cache[key] = value
+@dataclasses.dataclass
+class _Epoch:
+    """What :class:`SourceRows` keeps of one epoch: its documents plan or window
+    permutation, and the span table of the last run of sequential rows asked for."""
+
+    plan: StreamPlan | None = None
+    permutation: np.ndarray | None = None
+    window: tuple[int, int, Spans, np.ndarray] | None = None

@@ -20,8 +20,9 @@ __all__ = ["content_probabilities", "normalize_probabilities", "token_premiums"]
 def normalize_probabilities(probs: Sequence[float] | None, num_sources: int) -> tuple[float, ...]:
     """Validate mixing probabilities (None -> equal ``1 / num_sources`` each).
 
-    Values are kept as given (not rescaled), because the seed's choice compares against their
-    running sum; they must be finite, >= 0 and sum to 1 within 1e-6 (the seed's tolerance).
+    Values are kept as given (not rescaled), because the window loader's choice compares
+    against their running sum; they must be finite, >= 0 and sum to 1 within 1e-6 (the window
+    loader's tolerance).
     A zero probability disables a source.
 
     Args:

@@ -53,7 +53,7 @@ class SourceAccount:
 
     @property
     def epochs(self) -> float:
-        """Passes over the source so far, fractional (the seeds' ``stats()`` number)."""
+        """Passes over the source so far, fractional (the window loader's ``stats()`` number)."""
         return self.epoch + self.epoch_fraction
 
     @property

@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from grainpack.checks import check_int
+from grainpack.checks import check_float, check_int
 from grainpack.curriculum.protocols import BindsToSource, describe_selector
 from grainpack.index.orders import SequenceSelector
 from grainpack.index.weights import content_probabilities
@@ -110,17 +110,12 @@ class PipelineConfig:
             raise ValueError(
                 f"{field} must name exactly the sources {list(self.sources)}; got {list(value)}"
             )
-        out = {}
-        for name in self.sources:
-            x = value[name]
-            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
-                raise ValueError(f"{field}[{name!r}] must be a finite number; got {x!r}")
-            if x <= 0:
-                raise ValueError(
-                    f"{field}[{name!r}] must be > 0; got {x!r} (drop the source instead)"
-                )
-            out[name] = float(x)
-        return out
+        return {
+            name: check_float(
+                f"{field}[{name!r}]", value[name], 0.0, math.inf, fix="drop a source instead"
+            )
+            for name in self.sources
+        }
 
     def _compute_probabilities(self) -> tuple[float, ...]:
         n = len(self.sources)

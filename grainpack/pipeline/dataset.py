@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,8 @@ from grainpack.jax import process_index_and_count
 from grainpack.pipeline.batches import FORMAT_VERSION, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
+
+logger = logging.getLogger(__name__)
 
 STATE_KEYS = ("version", "step", "process_index", "process_count", "fingerprint", "digest")
 READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
@@ -99,6 +102,12 @@ class PipelineIterator(grain.DatasetIterator):
             )
             ds = grain.MapDataset.source(elements).to_iter_dataset(READ_OPTIONS)
             if workers:
+                logger.info(
+                    "starting %d Grain worker processes at step %d (%d steps per element)",
+                    workers,
+                    self._step,
+                    self._batches.steps_per_element,
+                )
                 _absl_flags_parsed()
                 ds = grain.experimental.WithOptionsIterDataset(ds, WORKER_OPTIONS)
                 ds = ds.mp_prefetch(
@@ -166,6 +175,9 @@ class PipelineIterator(grain.DatasetIterator):
         step = state["step"]
         if step and state["fingerprint"] == self._batches.fingerprint:
             again = self._batches.batch(step - 1, state["process_index"], state["process_count"])
+            logger.info(
+                "resume at step %d: recomputed batch %d to verify its digest", step, step - 1
+            )
             if batch_digest(again) != state["digest"]:
                 raise ValueError(
                     f"resume verification failed: batch {step - 1} recomputed from the corpus "

@@ -1,4 +1,4 @@
-"""Concatenate-and-chunk packing of documents into ``block + 1`` token rows (seed 000).
+"""Concatenate-and-chunk packing of documents into ``block + 1`` token rows (the document pipeline).
 
 Invariant: the rows, read in order and with the final row's padding removed, are exactly the
 documents in the given order joined by ``boundary_id``; only the final row is ever padded.

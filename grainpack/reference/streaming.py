@@ -1,4 +1,4 @@
-"""Per-rank streaming of shuffled, packed, batched documents (seed 000's StreamingCorpus).
+"""``StreamingCorpus``: per-rank streaming of shuffled, packed, batched documents.
 
 Invariant: for a given (seed, epoch, rank, world_size) the batches are a pure function of the
 corpus; concatenated, they are ``pack_documents`` of ``rank_document_indices(epoch)``.

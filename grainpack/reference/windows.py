@@ -1,8 +1,8 @@
-"""Window-level streams (seed 001): ``PackedStream`` per language, ``MixedStream`` mixing them.
+"""The window loader: ``PackedStream`` per language, ``MixedStream`` mixing them.
 
 A corpus's token stream is cut into contiguous ``seq_len + 1`` windows; window ``w`` is tokens
 ``[w * (seq_len + 1), (w + 1) * (seq_len + 1))`` and epoch ``e`` visits them in the order
-``window_permutation(n_windows, seed, e)``. Reads are bit-exact with the seed's loader.
+``window_permutation(n_windows, seed, e)``. Reads are bit-exact with the window loader.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ class PackedStream:
     window the stream rolls over into the next epoch with a new order.
 
     Args:
-        path: corpus directory (seed layout with ``index.json``, or native) or Megatron prefix,
-            or an already opened ``TokenShardSource``. Its token stream is the documents
-            concatenated in stored order (seed layout: shards in sorted name order).
+        path: corpus directory (flat-shard layout with ``index.json``, or native) or Megatron
+            prefix, or an already opened ``TokenShardSource``. Its token stream is the documents
+            concatenated in stored order (flat-shard layout: shards in sorted name order).
         seq_len: model sequence length; windows hold ``seq_len + 1`` tokens.
         seed: window-order seed, >= 0.
 
