@@ -165,6 +165,13 @@ class PipelineIterator(grain.DatasetIterator):
         self.close()
 
     def get_state(self) -> dict[str, int]:
+        """The data state: the global step of the next batch, plus identity checks.
+
+        Unlike most Grain states it restores on any process count and any worker count
+        (the global batches do not depend on either), and it is JSON of plain ints:
+        ``version``, ``step``, ``process_index``, ``process_count``, ``fingerprint`` (of
+        the config and corpora) and ``digest`` (of the last batch, checked on restore).
+        """
         last = self._last
         if last is None and self._step > 0:
             last = self._batches.batch(self._step - 1, self._options.process_index)
@@ -178,6 +185,14 @@ class PipelineIterator(grain.DatasetIterator):
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Continues at ``state["step"]``, as saved by :meth:`get_state` on any number of
+        processes and workers.
+
+        Raises:
+          ValueError: the state is malformed, from another grainpack format version, from
+            another config or corpus (unless ``ignore_fingerprint_mismatch``), or the last
+            batch before it, recomputed, differs from the one trained on.
+        """
         if not isinstance(state, Mapping) or set(state) != set(STATE_KEYS):
             raise ValueError(
                 f"not a grainpack iterator state: expected keys {sorted(STATE_KEYS)}, got {state!r}"
@@ -270,7 +285,7 @@ def make_dataset(
             "make_dataset(worker_count>0) ran while a worker process was importing the main "
             "script: workers are spawned, so the script's top level runs again in each of "
             "them. Put the code that builds and iterates datasets under "
-            "`if __name__ == \"__main__\":`"
+            '`if __name__ == "__main__":`'
         )
     check_int("worker_buffer_size", worker_buffer_size, minimum=1)
     batches = PipelineBatches(config, process_count=count)
