@@ -97,7 +97,4 @@ class ExpandedBatches:
         self.elements.start_prefetch()
 
     def close(self) -> None:
-        # Drop views of the current element first: with workers they map shared memory.
-        self.plan = self.reader = None
-        self.pending.clear()
         self.elements.close()
