@@ -14,9 +14,10 @@ This front door holds what a training loop needs and the reference APIs of the t
 specifications grainpack was built from. Every name is loaded on first use, so
 ``import grainpack`` (the ``grainpack`` command, a Grain worker unpickling a grainpack
 element) imports neither Grain, JAX nor Orbax until ``make_dataset``, ``make_global_batch``
-or a checkpoint argument is used. The layers live in subpackages: ``grainpack.index`` (pure index math),
-``grainpack.corpus`` (on-disk formats), ``grainpack.curriculum``, ``grainpack.reference``,
-``grainpack.pipeline`` (the Grain pipeline), ``grainpack.jax`` and ``grainpack.orbax``.
+or a checkpoint argument is used. The layers live in subpackages: ``grainpack.index``
+(pure index math), ``grainpack.corpus`` (on-disk formats), ``grainpack.curriculum``,
+``grainpack.reference``, ``grainpack.pipeline`` (the Grain pipeline), ``grainpack.jax`` and
+``grainpack.orbax``.
 """
 
 from __future__ import annotations
