@@ -81,13 +81,14 @@ def test_corpus_writer_interrupted_leaves_no_corpus_and_rewrite_succeeds(tmp_pat
     assert not (tmp_path / "tokens-00007.bin").exists()
 
 
-def test_corpus_writer_overwrite_removes_manifest_first(tmp_path):
-    write_corpus(tmp_path, [[1]])
+def test_corpus_writer_failed_overwrite_keeps_the_old_corpus(tmp_path):
+    old = write_corpus(tmp_path, [[1]])
     with pytest.raises(RuntimeError), CorpusWriter(tmp_path, overwrite=True) as w:
         w.add([2])
         raise RuntimeError("crash mid-overwrite")
-    with pytest.raises(CorpusError, match="not a corpus"):
-        open_corpus(tmp_path)
+    assert _docs(open_corpus(tmp_path)) == [[1]]
+    assert open_corpus(tmp_path).fingerprint == old.fingerprint
+    assert [p.name for p in tmp_path.parent.glob(f".{tmp_path.name}*")] == []  # no leftovers
 
 
 def test_corpus_writer_accepts_numpy_integer_options(tmp_path):
