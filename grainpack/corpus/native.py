@@ -89,7 +89,8 @@ def content_digest(tokens_sha256: str, offsets_sha256: str) -> str:
     Example:
         >>> empty = hashlib.sha256(b"").hexdigest()  # no tokens
         >>> offsets = hashlib.sha256(bytes(8)).hexdigest()  # one offset: 0
-        >>> content_digest(empty, offsets) == hashlib.sha256(f"{empty}:{offsets}".encode()).hexdigest()
+        >>> text = f"{empty}:{offsets}".encode()
+        >>> content_digest(empty, offsets) == hashlib.sha256(text).hexdigest()
         True
     """
     return hashlib.sha256(f"{tokens_sha256}:{offsets_sha256}".encode()).hexdigest()
@@ -188,7 +189,10 @@ def not_a_corpus(path: Path) -> str:
     hint = ""
     try:
         if path.is_dir() and any(SHARD_FILE.fullmatch(p.name) for p in path.iterdir()):
-            hint = " It holds shard files but no manifest: the write was interrupted (by an older grainpack); rewrite it."
+            hint = (
+                " It holds shard files but no manifest: the write was interrupted (by an "
+                "older grainpack); rewrite it."
+            )
         elif not path.exists():
             aside = sorted(path.parent.glob(f".{glob.escape(path.name)}.old-*"))
             if aside:
@@ -205,9 +209,7 @@ def not_a_corpus(path: Path) -> str:
     )
 
 
-def _check_size(
-    file: Path, expected: int, what: str, tokens: int | None = None
-) -> os.stat_result:
+def _check_size(file: Path, expected: int, what: str, tokens: int | None = None) -> os.stat_result:
     try:
         stat = os.stat(file)
     except FileNotFoundError as err:
@@ -248,9 +250,7 @@ def open_native(path: Path, eos_id: int | None) -> TokenShardSource:
             str(offsets), s["num_documents"], identity=FileIdentity.of(offsets_stat)
         )
         records.append(
-            ShardRecord(
-                str(tokens), s["num_tokens"], index, identity=FileIdentity.of(tokens_stat)
-            )
+            ShardRecord(str(tokens), s["num_tokens"], index, identity=FileIdentity.of(tokens_stat))
         )
     if eos_id is not None and m["eos_id"] is not None and eos_id != m["eos_id"]:
         raise ValueError(f"{path} records eos_id={m['eos_id']}, got {eos_id=}; omit eos_id")

@@ -134,9 +134,7 @@ class LengthsFile:
     identity: FileIdentity | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def local_offsets(self, shard: ShardRecord, tokens: Callable[[], np.ndarray]) -> np.ndarray:
-        lengths = _read_exact(
-            self.path, "<i4", self.num_documents, self.byte_offset, self.identity
-        )
+        lengths = _read_exact(self.path, "<i4", self.num_documents, self.byte_offset, self.identity)
         offsets = np.zeros(lengths.size + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
         check_offsets(offsets, shard.num_tokens, self.path)
@@ -479,9 +477,7 @@ class TokenShardSource:
                         "file is truncated: verify or rebuild the corpus"
                     )
                 start = record.byte_offset - record.byte_offset % mmap.ALLOCATIONGRANULARITY
-                mapped = mmap.mmap(
-                    f.fileno(), end - start, access=mmap.ACCESS_READ, offset=start
-                )
+                mapped = mmap.mmap(f.fileno(), end - start, access=mmap.ACCESS_READ, offset=start)
         except OSError as err:
             raise os_error(err, "mapping") from err
         tokens = np.frombuffer(

@@ -298,7 +298,9 @@ def _replaceable(target: Path, overwrite: bool) -> bool:
     except OSError as err:
         raise os_error(err, "cannot write a corpus at") from err
     if "index.json" in names:
-        raise CorpusExistsError(f"{target} holds a seed-layout corpus (index.json); write elsewhere")
+        raise CorpusExistsError(
+            f"{target} holds a seed-layout corpus (index.json); write elsewhere"
+        )
     if MANIFEST_NAME in names and not overwrite:
         raise CorpusExistsError(
             f"{target} already holds a corpus ({MANIFEST_NAME} present); "
