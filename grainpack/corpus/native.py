@@ -46,7 +46,14 @@ from grainpack.corpus.source import (
     TokenShardSource,
 )
 
-__all__ = ["MANIFEST_NAME", "content_digest", "load_json", "open_native", "read_manifest"]
+__all__ = [
+    "MANIFEST_NAME",
+    "content_digest",
+    "is_plain_name",
+    "load_json",
+    "open_native",
+    "read_manifest",
+]
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "grainpack"
@@ -65,15 +72,16 @@ def plain_int(value: Any) -> Any:
     return int(value) if isinstance(value, np.integer) else value
 
 
-def load_json(file: Path, fix: str) -> Any:
-    """Parses ``file`` as JSON; anything unreadable or unparseable is a :class:`CorpusError`
-    naming the file, what is wrong with it and ``fix``."""
+def load_json(file: Path, fix: str, **options: Any) -> tuple[Any, bytes]:
+    """Reads and parses ``file`` as JSON (``options`` go to ``json.loads``): the value and the
+    raw bytes. Anything unreadable or unparseable is a :class:`CorpusError` naming the file,
+    what is wrong with it and ``fix``."""
     try:
         raw = file.read_bytes()
     except OSError as err:
         raise os_error(err, "reading") from err
     try:
-        return json.loads(raw)
+        return json.loads(raw, **options), raw
     except UnicodeDecodeError as err:
         problem = f"not UTF-8 text ({err.reason} at byte {err.start}): a binary file?"
     except json.JSONDecodeError as err:
@@ -96,7 +104,7 @@ def content_digest(tokens_sha256: str, offsets_sha256: str) -> str:
     return hashlib.sha256(f"{tokens_sha256}:{offsets_sha256}".encode()).hexdigest()
 
 
-def _is_plain_name(name: Any) -> bool:
+def is_plain_name(name: Any) -> bool:
     """A file name inside the corpus directory: no path, no parent, no hidden or odd name."""
     return (
         isinstance(name, str)
@@ -113,7 +121,7 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
     file = Path(path) / MANIFEST_NAME
     if not file.exists() and not file.is_symlink():
         raise CorpusError(not_a_corpus(Path(path)))
-    m = load_json(file, "rebuild the corpus")
+    m, _ = load_json(file, "rebuild the corpus")
     problems = []
     if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
         raise CorpusError(f"{file}: expected a JSON object with format='grainpack'")
@@ -149,7 +157,7 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
             continue
         for key in ("tokens_file", "offsets_file"):
             name = s.get(key)
-            if not _is_plain_name(name) or name == MANIFEST_NAME:
+            if not is_plain_name(name) or name == MANIFEST_NAME:
                 problems.append(f"shards[{i}].{key}={name!r} (expected a plain file name)")
             elif name in seen:
                 problems.append(
