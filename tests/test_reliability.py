@@ -199,6 +199,11 @@ def test_verify_finds_ids_at_or_above_vocab_size(tmp_path):
     path = small_corpus(tmp_path / "c", vocab_size=14)
     assert gp.verify_corpus(path).max_token_id == 13
     edit_manifest(path, lambda m: m.update(vocab_size=12))  # the ids 12, 13 no longer fit
+    with pytest.raises(
+        gp.CorpusError, match=re.escape("max_token_id=13 (expected < vocab_size=12)")
+    ):
+        gp.verify_corpus(path)  # the manifest contradicts itself
+    edit_manifest(path, lambda m: m.pop("max_token_id"))  # as an older writer wrote it
     tokens = re.escape(str(path / "tokens-00000.bin"))
     with pytest.raises(gp.CorpusError, match=f"{tokens}: token id 12 at stream position 11 is "):
         gp.verify_corpus(path)
