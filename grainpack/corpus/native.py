@@ -27,6 +27,7 @@ span shards; empty documents are stored (a repeated offset) so document ids matc
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import json
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from grainpack.checks import is_int
-from grainpack.corpus.errors import CorpusError, os_error
+from grainpack.corpus.errors import CorpusError, CorpusNotFoundError, os_error
 from grainpack.corpus.source import (
     FileIdentity,
     OffsetsFile,
@@ -63,6 +64,7 @@ SHARD_FILE = re.compile(r"(tokens|offsets)-\d{5,}\.bin")
 # Batches hold int32 ids: the largest id (and vocab_size - 1) a corpus may record.
 MAX_TOKEN_ID = 2**31 - 1
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_OPEN_ATTEMPTS = 5
 
 PathLike = str | os.PathLike[str]
 
@@ -72,13 +74,17 @@ def plain_int(value: Any) -> Any:
     return int(value) if isinstance(value, np.integer) else value
 
 
-def load_json(file: Path, fix: str, **options: Any) -> tuple[Any, bytes]:
-    """Reads and parses ``file`` as JSON (``options`` go to ``json.loads``): the value and the
-    raw bytes. Anything unreadable or unparseable is a :class:`CorpusError` naming the file,
-    what is wrong with it and ``fix``."""
+def load_json(
+    file: Path, fix: str, *, dir_fd: int | None = None, **options: Any
+) -> tuple[Any, bytes]:
+    """Reads and parses ``file`` (its name relative to ``dir_fd`` if given) as JSON
+    (``options`` go to ``json.loads``): the value and the raw bytes. Anything unreadable or
+    unparseable is a :class:`CorpusError` naming the file, what is wrong with it and ``fix``."""
     try:
-        raw = file.read_bytes()
+        with open(file if dir_fd is None else file.name, "rb", opener=_opener(dir_fd)) as f:
+            raw = f.read()
     except OSError as err:
+        err.filename = str(file)
         raise os_error(err, "reading") from err
     try:
         return json.loads(raw, **options), raw
@@ -89,6 +95,10 @@ def load_json(file: Path, fix: str, **options: Any) -> tuple[Any, bytes]:
     except RecursionError:
         problem = "JSON nested too deeply to be a corpus index"
     raise CorpusError(f"{file}: {problem}; {fix}")
+
+
+def _opener(dir_fd: int | None) -> Any:
+    return None if dir_fd is None else functools.partial(os.open, dir_fd=dir_fd)
 
 
 def content_digest(tokens_sha256: str, offsets_sha256: str) -> str:
@@ -116,12 +126,14 @@ def is_plain_name(name: Any) -> bool:
     )
 
 
-def read_manifest(path: PathLike) -> dict[str, Any]:
-    """Loads and schema-checks ``path/manifest.json``; raises :class:`CorpusError` if invalid."""
+def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any]:
+    """Loads and schema-checks ``path/manifest.json`` (read through ``dir_fd``, the open
+    directory, if given); raises :class:`CorpusError` if invalid."""
     file = Path(path) / MANIFEST_NAME
-    if not file.exists() and not file.is_symlink():
-        raise CorpusError(not_a_corpus(Path(path)))
-    m, _ = load_json(file, "rebuild the corpus")
+    try:
+        m, _ = load_json(file, "rebuild the corpus", dir_fd=dir_fd)
+    except CorpusNotFoundError:
+        raise CorpusError(not_a_corpus(Path(path))) from None
     problems = []
     if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
         raise CorpusError(f"{file}: expected a JSON object with format='grainpack'")
@@ -217,12 +229,15 @@ def not_a_corpus(path: Path) -> str:
     )
 
 
-def _check_size(file: Path, expected: int, what: str, tokens: int | None = None) -> os.stat_result:
+def _check_size(
+    file: Path, dir_fd: int, expected: int, what: str, tokens: int | None = None
+) -> os.stat_result:
     try:
-        stat = os.stat(file)
+        stat = os.stat(file.name, dir_fd=dir_fd)
     except FileNotFoundError as err:
         raise CorpusError(f"{file}: missing ({what}); the corpus is incomplete") from err
     except OSError as err:
+        err.filename = str(file)
         raise os_error(err, "opening") from err
     size = stat.st_size
     if size == expected:
@@ -240,19 +255,50 @@ def _check_size(file: Path, expected: int, what: str, tokens: int | None = None)
 
 
 def open_native(path: Path, eos_id: int | None) -> TokenShardSource:
-    m = read_manifest(path)
+    """Opens the native corpus at ``path`` as one snapshot: the manifest and every file are
+    found through one open handle of the directory, and if ``path`` was replaced meanwhile (a
+    writer published), the open starts again on the new directory."""
+    for _ in range(_OPEN_ATTEMPTS):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as err:
+            raise os_error(err, "opening") from err
+        try:
+            source, error = _open_native_at(path, fd, eos_id), None
+        except CorpusError as err:
+            source, error = None, err
+        try:
+            now = os.stat(path)
+            replaced = (now.st_dev, now.st_ino) != (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+        except FileNotFoundError:
+            replaced = True
+        finally:
+            os.close(fd)
+        if not replaced:
+            if error is not None:
+                raise error
+            return source  # type: ignore[return-value]
+    raise CorpusError(
+        f"{path} was replaced {_OPEN_ATTEMPTS} times while being opened (writers publishing "
+        "over and over?); open it again once they are done"
+    )
+
+
+def _open_native_at(path: Path, dir_fd: int, eos_id: int | None) -> TokenShardSource:
+    m = read_manifest(path, dir_fd=dir_fd)
     itemsize = np.dtype(m["dtype"]).itemsize
     records = []
     for s in m["shards"]:
         tokens, offsets = path / s["tokens_file"], path / s["offsets_file"]
         tokens_stat = _check_size(
             tokens,
+            dir_fd,
             s["num_tokens"] * itemsize,
             f"{s['num_tokens']} {m['dtype']} tokens",
             tokens=s["num_tokens"],
         )
         offsets_stat = _check_size(
-            offsets, (s["num_documents"] + 1) * 8, f"{s['num_documents'] + 1} offsets"
+            offsets, dir_fd, (s["num_documents"] + 1) * 8, f"{s['num_documents'] + 1} offsets"
         )
         index = OffsetsFile(
             str(offsets), s["num_documents"], identity=FileIdentity.of(offsets_stat)
