@@ -21,7 +21,7 @@ import mmap
 import operator
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -521,6 +521,16 @@ class TokenShardSource:
                 filled += take
                 pos += take
             k += 1
+
+    def check_files(self, shards: Iterable[int]) -> None:
+        """Raises :class:`CorpusError` if the token file of one of ``shards`` changed since
+        the corpus was opened (or since it was mapped, without a recorded identity); one
+        ``stat`` each. Reads check by themselves; this is for holders of :meth:`shard_view`
+        buffers, which are read later."""
+        for k in shards:
+            identity = self._mapped[k]
+            if identity is not None:
+                identity.check(self._shards[k].tokens_path)
 
     def shard_view(self, shard: int) -> memoryview:
         """Shard ``shard``'s tokens as a zero-copy buffer of the mapped file (cached).

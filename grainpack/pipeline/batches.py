@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import sys
+import time
 
 import numpy as np
 
@@ -37,6 +38,9 @@ MAX_SLOT = 1 << 62
 # With a sequence_selector, reaching epoch e plans epochs 0..e (each shuffles every document):
 # refused beyond this many document shuffles (minutes of work) instead of running for hours.
 MAX_REPLAY_DOCUMENTS = 1 << 32
+# A reader re-checks its element's files before a read when this long passed since the last
+# check (a training step may take seconds; an element spans many of them).
+CHECK_SECONDS = 0.1
 
 
 def _check_ids_fit(name: str, path: str, source: TokenShardSource) -> None:
@@ -302,9 +306,42 @@ class PipelineBatches:
             provenance=cfg.provenance,
         )
 
-    def reader(self, packed: PackedRows) -> RowReader:
-        """Reads the tokens of rows planned by :meth:`packed_steps`."""
+    def reader(self, packed: PackedRows) -> CheckedReader:
+        """Reads the tokens of rows planned by :meth:`packed_steps` (a :class:`RowReader`
+        whose reads re-check the files, see :class:`CheckedReader`)."""
         cfg = self.config
-        return RowReader(
+        reader = RowReader(
             packed, self.sources, block=cfg.block, pad_id=cfg.pad_id, boundary_id=cfg.boundary_id
         )
+        return CheckedReader(reader, packed, self.sources)
+
+
+class CheckedReader:
+    """A :class:`RowReader` (its attributes pass through) whose reads first check that the
+    files of its element did not change (:meth:`TokenShardSource.check_files`), when more than
+    ``CHECK_SECONDS`` passed since the last check; the reader's constructor checked them.
+
+    A file truncated while an element is consumed then raises a ``CorpusError`` naming it
+    instead of ``SIGBUS``, unless the truncation lands between a check and the copy.
+    """
+
+    def __init__(
+        self, reader: RowReader, packed: PackedRows, sources: list[TokenShardSource]
+    ) -> None:
+        self.reader, self.sources = reader, sources
+        used = packed.read_source >= 0
+        pairs = np.unique(np.stack([packed.read_source[used], packed.read_shard[used]]), axis=1)
+        self.files = [(j, pairs[1, pairs[0] == j].tolist()) for j in np.unique(pairs[0]).tolist()]
+        self.checked = time.monotonic()
+
+    def __getattr__(self, name: str) -> object:  # only for names this class lacks
+        return getattr(self.__dict__["reader"], name)
+
+    def read(self, first: int, stop: int) -> np.ndarray:
+        """:meth:`RowReader.read`, after the check."""
+        now = time.monotonic()
+        if now - self.checked > CHECK_SECONDS:
+            for j, shards in self.files:
+                self.sources[j].check_files(shards)
+            self.checked = now
+        return self.reader.read(first, stop)
