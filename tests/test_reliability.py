@@ -11,8 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import pathlib
 import re
+import struct
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -510,3 +514,231 @@ def test_restore_accepts_toggling_provenance(corpus):
     it = fresh(pipeline(corpus, block=8, global_batch_size=4))
     it.set_state(state)
     assert it.get_state()["step"] == 3
+
+
+# -- concurrent and failed writes ---------------------------------------------------------------
+
+
+def documents_of(path: pathlib.Path) -> list[list[int]]:
+    src = gp.open_corpus(path)
+    return [src[i].tolist() for i in range(len(src))]
+
+
+def test_second_writer_of_a_path_is_refused_while_the_first_writes(tmp_path):
+    path = tmp_path / "c"
+    first = gp.CorpusWriter(path)
+    first.add([1, 2])
+    message = f"another write to {path} is in progress \\(process {os.getpid()} holds"
+    for overwrite in (False, True):
+        with pytest.raises(gp.CorpusExistsError, match=message):
+            gp.CorpusWriter(path, overwrite=overwrite)
+    assert not path.exists()  # nothing is published before close()
+    first.close()
+    assert documents_of(path) == [[1, 2]]
+    with pytest.raises(gp.CorpusExistsError, match="already holds a corpus"):
+        gp.write_corpus(path, [[3]])  # the lock is free again; the corpus is protected
+    assert documents_of(path) == [[1, 2]]
+
+
+def failing_documents() -> Any:
+    yield [1, 2]
+    raise RuntimeError("the tokenizer crashed")
+
+
+@pytest.mark.parametrize(
+    ("documents", "error"),
+    [([[1], [-5]], "token id -5 at position 0 is negative"), (None, "the tokenizer crashed")],
+    ids=["bad-document", "generator-raises"],
+)
+def test_failed_overwrite_leaves_the_old_corpus_intact(tmp_path, documents, error):
+    path = small_corpus(tmp_path / "c", shard_tokens=4)
+    before = gp.open_corpus(path).fingerprint
+    with pytest.raises((ValueError, RuntimeError), match=error):
+        gp.write_corpus(path, documents or failing_documents(), overwrite=True)
+    assert documents_of(path) == DOCS
+    assert gp.verify_corpus(path).fingerprint == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]  # no staging, no lock left
+
+
+def test_filtering_a_corpus_in_place_reads_the_old_while_writing_the_new(tmp_path):
+    path = small_corpus(tmp_path / "c", shard_tokens=4)  # 4 shards: reads cross all of them
+    src = gp.open_corpus(path)
+    kept = gp.write_corpus(path, (src[i] for i in (4, 0, 2)), overwrite=True)
+    assert [d.tolist() for d in kept] == [DOCS[4], DOCS[0], DOCS[2]]
+    assert documents_of(path) == [DOCS[4], DOCS[0], DOCS[2]]
+    # the old source now points at replaced files: it refuses to read them
+    with pytest.raises(gp.CorpusError, match="changed since the corpus was opened"):
+        src[1]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_writer_refuses_a_directory_with_other_files(tmp_path, overwrite):
+    path = tmp_path / "c"
+    path.mkdir()
+    (path / "notes.txt").write_text("mine")
+    with pytest.raises(gp.CorpusExistsError, match=r"holds files that are not part of a corpus"):
+        gp.write_corpus(path, [[1]], overwrite=overwrite)
+    assert (path / "notes.txt").read_text() == "mine"
+
+
+# -- ids that would not fit the int32 batch arrays -------------------------------------------
+
+
+def write_megatron_int64(prefix: pathlib.Path, docs: list[list[int]]) -> None:
+    """A Megatron ``MMIDIDX`` v1 dataset of dtype code 5 (int64), written with struct."""
+    prefix.with_suffix(".bin").write_bytes(b"".join(struct.pack(f"<{len(d)}q", *d) for d in docs))
+    lengths = [len(d) for d in docs]
+    s = len(docs)
+    idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 5, s, s + 1)
+    idx += struct.pack(f"<{s}i", *lengths)
+    idx += struct.pack(f"<{s}q", *(8 * sum(lengths[:i]) for i in range(s)))
+    idx += struct.pack(f"<{s + 1}q", *range(s + 1))
+    prefix.with_suffix(".idx").write_bytes(idx)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"vocab_size": 2**32}, "vocab_size must be an int in [1, 2147483648] for uint32"),
+        ({"vocab_size": 2**31 + 1}, "(batches hold int32 ids, so ids must be < 2**31)"),
+    ],
+)
+def test_writer_caps_vocab_size_at_the_int32_batch_range(tmp_path, options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        gp.CorpusWriter(tmp_path / "c", dtype="uint32", **options)
+
+
+def test_writer_refuses_ids_that_would_wrap_in_int32_batches(tmp_path):
+    message = "token id 3000000000 at position 1 does not fit the int32 batch ids (max 2147483647)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        gp.write_corpus(tmp_path / "c", [[1, 3_000_000_000]], dtype="uint32")
+    # the largest id that fits arrives intact
+    src = gp.write_corpus(tmp_path / "d", [[2**31 - 1, *range(1, 9)]], dtype="uint32")
+    assert src.max_token_id == 2**31 - 1
+    assert first_batch(pipeline(tmp_path / "d"))["inputs"][0, 0] == 2**31 - 1
+
+
+def test_pipeline_refuses_sources_whose_ids_may_exceed_int32(tmp_path):
+    # a uint32 corpus whose manifest allows ids up to 2**32 - 1 (as older writers accepted)
+    path = gp.write_corpus(tmp_path / "c", [list(range(1, 20))], dtype="uint32").shards[0]
+    path = pathlib.Path(path.tokens_path).parent
+    edit_manifest(path, lambda m: (m.update(vocab_size=2**32), m.pop("max_token_id")))
+    with pytest.raises(ValueError, match=r"may hold token ids up to 4,294,967,295 \(vocab_size"):
+        gp.make_dataset(pipeline(path), process_index=0, process_count=1)
+    edit_manifest(path, lambda m: m.update(vocab_size=None))  # no bound recorded at all
+    with pytest.raises(ValueError, match="dtype uint32 and no recorded vocab_size or max_token"):
+        first_batch(pipeline(path))
+    # a Megatron int64 corpus: 2**40 would arrive as 0
+    write_megatron_int64(tmp_path / "m", [[2**40, 5, 6, 7, 8, 9]])
+    with pytest.raises(ValueError, match=r"may hold token ids up to 9,223,372,036,854,775,807"):
+        first_batch(pipeline(tmp_path / "m"))
+    message = f"grainpack build {tmp_path / 'm'} -o NEW --dtype uint32"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        first_batch(pipeline(tmp_path / "m"))
+
+
+@pytest.mark.parametrize("field", ["pad_id", "boundary_id"])
+def test_config_refuses_token_ids_outside_int32(field):
+    with pytest.raises(ValueError, match=re.escape(f"{field} must be < 2**31 (batches hold int32")):
+        gp.PipelineConfig(sources={"a": "/data/a"}, block=4, global_batch_size=2, **{field: 2**31})
+    gp.PipelineConfig(sources={"a": "/data/a"}, block=4, global_batch_size=2, **{field: 2**31 - 1})
+
+
+# -- files that change under a reader ----------------------------------------------------------
+
+CHILD_PRELUDE = """
+import os, pathlib, sys, time
+import numpy as np
+import grainpack as gp
+from grainpack.pipeline.batches import CHECK_SECONDS, PipelineBatches
+from grainpack.pipeline.elements import group_rows
+path = pathlib.Path(sys.argv[1])
+rng = np.random.default_rng(0)
+docs = [rng.integers(1, 1000, size=rng.integers(20, 60)) for _ in range(200)]
+gp.write_corpus(path, docs, shard_tokens=500)
+# 64 rows of 65 tokens per step: a group read covers 8 steps, a Grain element 512
+config = gp.PipelineConfig(sources={"a": str(path)}, block=64, global_batch_size=64, seed=1)
+per_group = group_rows(PipelineBatches(config)) // 64
+reference = iter(gp.make_dataset(config, process_index=0, process_count=1))
+want = [next(reference) for _ in range(3 * per_group)]
+it = iter(gp.make_dataset(config, process_index=0, process_count=1))
+for _ in range(3):
+    next(it)
+shard = path / "tokens-00003.bin"
+"""
+
+
+def run_child(code: str, *args: str, user: int | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(pathlib.Path(__file__).parents[1]), env.get("PYTHONPATH")) if p
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+@pytest.mark.parametrize("change", ["truncate", "shrink", "rewrite", "overwrite"])
+def test_files_changed_under_a_live_iterator_raise_a_python_error(tmp_path, change):
+    """A shard truncated in place (to nothing: SIGBUS before; by half, inside its one page:
+    zeros before), rewritten with the same size, or the whole corpus replaced by
+    ``overwrite=True``: the next read names the file; no batch mixes old and new tokens
+    (every batch before the error equals an uninterrupted run's)."""
+    damage = {
+        "truncate": "os.truncate(shard, 0)",
+        "shrink": "os.truncate(shard, shard.stat().st_size // 2)",
+        # same size, new bytes; a write 10 ms later than the original (the kernel's timestamp
+        # granularity is a few ms, so a rewrite in the same instant keeps the mtime)
+        "rewrite": "mtime = shard.stat().st_mtime_ns\n"
+        "shard.write_bytes(bytes(reversed(shard.read_bytes())))\n"
+        "os.utime(shard, ns=(mtime + 10**7, mtime + 10**7))",
+        "overwrite": "gp.write_corpus(path, [d[::-1] for d in docs], shard_tokens=500, "
+        "overwrite=True)",
+    }[change]
+    code = (
+        CHILD_PRELUDE
+        + damage
+        + """
+time.sleep(2 * CHECK_SECONDS)
+for step in range(3, len(want)):
+    try:
+        got = next(it)
+    except gp.CorpusError as err:
+        print("ERROR", step == per_group, err)
+        break
+    assert all(np.array_equal(got[k], want[step][k]) for k in got), f"mixed batch {step}"
+"""
+    )
+    result = run_child(code, str(tmp_path / "c"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = result.stdout.strip().splitlines()[-1]
+    # raised at the first read after the change (the steps before were read before it)
+    assert line.startswith("ERROR True "), result.stdout[-2000:]
+    expected = {
+        "truncate": r"size \d+ -> 0 bytes",
+        "shrink": r"size \d+ -> \d+ bytes",
+        "rewrite": r"modified in place: same size, new modification time",
+        "overwrite": r"replaced by another file",
+    }[change]
+    assert re.search(rf"changed since the corpus was opened \({expected}\)", line), line
+    assert str(tmp_path / "c" / "tokens-0000") in line  # the file is named
+
+
+def test_truncated_shard_read_through_the_source_raises_not_sigbus(tmp_path):
+    code = (
+        CHILD_PRELUDE
+        + """
+src = gp.open_corpus(path)
+src[10], src[199]  # maps the shards
+os.truncate(shard, 8)
+for i in range(len(src)):
+    try:
+        src[i]
+    except gp.CorpusError as err:
+        print("ERROR", i, err)
+"""
+    )
+    result = run_child(code, str(tmp_path / "c"))
+    assert result.returncode == 0, result.stderr[-3000:]  # no SIGBUS (exit 135)
+    errors = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
+    assert errors and all(str(tmp_path / "c" / "tokens-00003.bin") in e for e in errors)

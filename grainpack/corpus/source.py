@@ -79,12 +79,16 @@ class FileIdentity:
         if stat is None:
             try:
                 stat = os.stat(path)
+            except FileNotFoundError:
+                stat = None
             except OSError as err:
-                raise os_error(err, "the corpus changed since it was opened: reading") from err
-        now = FileIdentity.of(stat)
+                raise os_error(err, "reading") from err
+        now = None if stat is None else FileIdentity.of(stat)
         if now == self:
             return
-        if (now.device, now.inode) != (self.device, self.inode):
+        if now is None:
+            what = "deleted"
+        elif (now.device, now.inode) != (self.device, self.inode):
             what = "replaced by another file"
         elif now.size != self.size:
             what = f"size {self.size} -> {now.size} bytes"
@@ -464,6 +468,8 @@ class TokenShardSource:
             identity.check(record.tokens_path)  # type: ignore[union-attr]
             return tokens
         _faulthandler_on()
+        if identity is not None:
+            identity.check(record.tokens_path)  # names a deleted or replaced file as such
         try:
             with open(record.tokens_path, "rb") as f:
                 stat = os.fstat(f.fileno())
