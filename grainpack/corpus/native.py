@@ -147,12 +147,15 @@ def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any
                 f"{key}={m.get(key, '<missing>')!r} (expected a non-negative int or null)"
             )
     vocab = m.get("vocab_size") if is_int(m.get("vocab_size")) else None
+    ids = int(np.iinfo(m["dtype"]).max) + 1 if m.get("dtype") in DTYPES else None
     for key in ("eos_id", "max_token_id"):
         value = m.get(key)
         if key == "max_token_id" and not (value is None or (is_int(value) and value >= 0)):
             problems.append(f"max_token_id={value!r} (expected a non-negative int or null)")
         elif vocab is not None and is_int(value) and value >= vocab:
             problems.append(f"{key}={value} (expected < vocab_size={vocab})")
+        elif ids is not None and is_int(value) and value >= ids:
+            problems.append(f"{key}={value} (expected < {ids} for {m['dtype']})")
     if "content_sha256" in m and not (
         isinstance(m["content_sha256"], str) and _HEX64.fullmatch(m["content_sha256"])
     ):
