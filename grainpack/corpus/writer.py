@@ -418,8 +418,9 @@ class CorpusWriter:
         arr, high = _check_document(tokens, index, self._dtype, self.vocab_size)
         current = self._current
         try:
-            if current is not None and 0 < current.num_tokens > self.shard_tokens - arr.size:
-                self._shards.append(current.finish())
+            full = current is not None and current.num_tokens + arr.size > self.shard_tokens
+            if full and current.num_tokens:  # type: ignore[union-attr]
+                self._shards.append(current.finish())  # type: ignore[union-attr]
                 current = None
             if current is None:
                 current = self._current = _ShardFiles(self._staging, len(self._shards))
