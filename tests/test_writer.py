@@ -165,3 +165,25 @@ def test_corpus_writer_refuses_a_mount_point(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "stat", stat)
     with pytest.raises(CorpusError, match=r"is a mount point.*write to a directory inside it"):
         CorpusWriter(path)
+
+
+def test_corpus_writer_buffers_are_invisible_in_the_files(tmp_path, monkeypatch):
+    """Documents are buffered FLUSH_TOKENS at a time: any buffer size writes the same bytes
+    and manifest, and a caller reusing its array between add() calls changes nothing."""
+    from grainpack.corpus import writer as module
+
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 60000, size=rng.integers(0, 12)) for _ in range(60)]
+    write_corpus(tmp_path / "a", docs, shard_tokens=40)
+    monkeypatch.setattr(module, "FLUSH_TOKENS", 5)  # documents longer than it are written alone
+    with CorpusWriter(tmp_path / "b", shard_tokens=40) as writer:
+        reused = np.empty(12, np.int64)
+        for doc in docs:
+            reused[: len(doc)] = doc
+            writer.add(reused[: len(doc)])
+            reused[:] = 7  # scribbled over before the buffer is written
+    assert (tmp_path / "a" / "manifest.json").read_bytes() == (
+        tmp_path / "b" / "manifest.json"
+    ).read_bytes()
+    assert _docs(open_corpus(tmp_path / "b")) == [d.tolist() for d in docs]
+    assert open_corpus(tmp_path / "b").max_token_id == max(int(d.max()) for d in docs if d.size)

@@ -83,9 +83,15 @@ class FileIdentity:
                 stat = None
             except OSError as err:
                 raise os_error(err, "reading") from err
-        now = None if stat is None else FileIdentity.of(stat)
-        if now == self:
+        if (
+            stat is not None
+            and stat.st_mtime_ns == self.mtime_ns
+            and stat.st_size == self.size
+            and stat.st_ino == self.inode
+            and stat.st_dev == self.device
+        ):
             return
+        now = None if stat is None else FileIdentity.of(stat)
         if now is None:
             what = "deleted"
         elif (now.device, now.inode) != (self.device, self.inode):

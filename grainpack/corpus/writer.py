@@ -114,11 +114,9 @@ def _check_options(
     return np.dtype(name).newbyteorder("<")
 
 
-def _check_document(
-    tokens: Any, index: int, dtype: np.dtype, vocab_size: int | None
-) -> tuple[np.ndarray, int]:
-    """``tokens`` as a contiguous little-endian array of ``dtype`` and its largest id (-1 if
-    empty), or raises."""
+def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) -> np.ndarray:
+    """``tokens`` as a 1-D integer array whose ids are all in ``[0, dmax]`` and below
+    ``vocab_size``, or raises naming the document, the id and the fix."""
     try:
         arr = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
     except (ValueError, OverflowError) as err:
@@ -129,7 +127,7 @@ def _check_document(
             f"{arr.shape}; add one document per add() call"
         )
     if arr.size == 0:
-        return np.empty(0, dtype), -1
+        return arr
     if arr.dtype.kind not in "iu":
         raise TypeError(
             f"document {index}: expected integer token ids, found dtype "
@@ -141,12 +139,14 @@ def _check_document(
             f"document {index}: token id {arr[pos]} at position {pos} is negative; "
             "token ids must be >= 0 (check the tokenizer output)"
         )
+    largest = (1 << (8 * arr.dtype.itemsize - (arr.dtype.kind == "i"))) - 1  # of arr's dtype
+    if vocab_size is None and largest <= dmax:
+        return arr  # every id fits: no scan
     high = int(arr.max())
-    dmax = min(int(np.iinfo(dtype).max), MAX_TOKEN_ID)
     if high > dmax:
         pos = int(np.argmax(arr > dmax))
-        if dtype.itemsize == 2:
-            where, fix = f"dtype='{dtype.name}' (max {dmax})", "use dtype='uint32'"
+        if dmax < MAX_TOKEN_ID:
+            where, fix = f"dtype='uint16' (max {dmax})", "use dtype='uint32'"
         else:
             where, fix = f"the int32 batch ids (max {dmax})", "ids must be < 2**31"
         raise ValueError(
@@ -158,34 +158,78 @@ def _check_document(
             f"document {index}: token id {arr[pos]} at position {pos} is >= "
             f"{vocab_size=}; fix the ids or pass the right vocab_size"
         )
-    return np.ascontiguousarray(arr, dtype=dtype), high
+    return arr
+
+
+# Tokens buffered per shard before one write: the digests, the offsets and the largest id are
+# then computed per buffer, not per document (a document is often a few hundred tokens).
+FLUSH_TOKENS = 1 << 18
+
+
+class _Stream:
+    """What the manifest records about the whole stream: ``content_sha256`` (see
+    :mod:`grainpack.corpus.native`) and the largest id, fed buffer by buffer."""
+
+    def __init__(self) -> None:
+        self.tokens, self.offsets = hashlib.sha256(), hashlib.sha256(struct.pack("<q", 0))
+        self.max_id = -1
+
+    def update(self, tokens: np.ndarray, ends: np.ndarray) -> None:
+        self.tokens.update(tokens.data)
+        self.offsets.update(ends.data)
+        if tokens.size:
+            self.max_id = max(self.max_id, int(tokens.max()))
 
 
 class _ShardFiles:
-    """One shard being written: token and offset files with running sha256 digests."""
+    """One shard being written: token and offset files with running sha256 digests.
 
-    def __init__(self, directory: Path, index: int) -> None:
+    Documents are copied into a buffer of ``FLUSH_TOKENS`` and written buffer by buffer (a
+    copy: the caller may reuse its array); a longer document is written on its own.
+    """
+
+    def __init__(
+        self, directory: Path, index: int, dtype: np.dtype, base: int, stream: _Stream
+    ) -> None:
         self.tokens_file, self.offsets_file = f"tokens-{index:05d}.bin", f"offsets-{index:05d}.bin"
         self.paths = (directory / self.tokens_file, directory / self.offsets_file)
         self.tokens, self.offsets = open(self.paths[0], "wb"), open(self.paths[1], "wb")  # noqa: SIM115
         self.tokens_hash, self.offsets_hash = hashlib.sha256(), hashlib.sha256()
+        self.base, self.stream = base, stream  # stream position of the shard's first token
+        self.buffer, self.filled, self.ends = np.empty(FLUSH_TOKENS, dtype), 0, []
         self.num_tokens = self.num_documents = 0
-        self._write_offset(0)
-
-    def _write_offset(self, value: int) -> None:
-        packed = struct.pack("<q", value)
-        self.offsets.write(packed)
-        self.offsets_hash.update(packed)
+        first = struct.pack("<q", 0)
+        self.offsets.write(first)
+        self.offsets_hash.update(first)
 
     def add(self, tokens: np.ndarray) -> None:
-        if tokens.size:
-            self.tokens.write(tokens.data)
-            self.tokens_hash.update(tokens.data)
-        self.num_tokens += tokens.size
+        n = tokens.size
+        if self.filled + n > FLUSH_TOKENS:
+            self.flush()
+        self.num_tokens += n
         self.num_documents += 1
-        self._write_offset(self.num_tokens)
+        if n > FLUSH_TOKENS:
+            self._write(np.ascontiguousarray(tokens, dtype=self.buffer.dtype), [self.num_tokens])
+            return
+        self.buffer[self.filled : self.filled + n] = tokens
+        self.filled += n
+        self.ends.append(self.num_tokens)
+
+    def flush(self) -> None:
+        if self.ends:
+            self._write(self.buffer[: self.filled], self.ends)
+            self.filled, self.ends = 0, []
+
+    def _write(self, tokens: np.ndarray, ends: list[int]) -> None:
+        offsets = np.array(ends, dtype="<i8")
+        self.tokens.write(tokens.data)
+        self.tokens_hash.update(tokens.data)
+        self.offsets.write(offsets.data)
+        self.offsets_hash.update(offsets.data)
+        self.stream.update(tokens, offsets + self.base)
 
     def finish(self) -> dict[str, Any]:
+        self.flush()
         for f in (self.tokens, self.offsets):
             f.flush()
             os.fsync(f.fileno())
@@ -397,9 +441,8 @@ class CorpusWriter:
         self._shards: list[dict[str, Any]] = []
         self._current: _ShardFiles | None = None
         self._num_documents = self._num_tokens = 0
-        self._max_id = -1
-        self._tokens_hash, self._offsets_hash = hashlib.sha256(), hashlib.sha256()
-        self._offsets_hash.update(struct.pack("<q", 0))
+        self._stream = _Stream()
+        self._dmax = min(int(np.iinfo(self._dtype).max), MAX_TOKEN_ID)
         self._closed = False
 
     @property
@@ -415,7 +458,7 @@ class CorpusWriter:
         if self._closed:
             raise ValueError(f"CorpusWriter for {self.path} is closed; open a new writer")
         index = self._num_documents
-        arr, high = _check_document(tokens, index, self._dtype, self.vocab_size)
+        arr = _check_document(tokens, index, self._dmax, self.vocab_size)
         current = self._current
         try:
             full = current is not None and current.num_tokens + arr.size > self.shard_tokens
@@ -423,16 +466,14 @@ class CorpusWriter:
                 self._shards.append(current.finish())  # type: ignore[union-attr]
                 current = None
             if current is None:
-                current = self._current = _ShardFiles(self._staging, len(self._shards))
+                current = self._current = _ShardFiles(
+                    self._staging, len(self._shards), self._dtype, self._num_tokens, self._stream
+                )
             current.add(arr)
         except OSError as err:
             raise os_error(err, f"writing {self.path} (nothing was published) in") from err
-        if arr.size:
-            self._tokens_hash.update(arr.data)
         self._num_documents += 1
         self._num_tokens += arr.size
-        self._offsets_hash.update(struct.pack("<q", self._num_tokens))
-        self._max_id = max(self._max_id, high)
         return index
 
     def close(self) -> None:
@@ -463,9 +504,9 @@ class CorpusWriter:
             "eos_id": self.eos_id,
             "num_documents": self._num_documents,
             "num_tokens": self._num_tokens,
-            "max_token_id": None if self._max_id < 0 else self._max_id,
+            "max_token_id": None if self._stream.max_id < 0 else self._stream.max_id,
             "content_sha256": content_digest(
-                self._tokens_hash.hexdigest(), self._offsets_hash.hexdigest()
+                self._stream.tokens.hexdigest(), self._stream.offsets.hexdigest()
             ),
             "shards": self._shards,
         }

@@ -329,9 +329,11 @@ class CheckedReader:
         self, reader: RowReader, packed: PackedRows, sources: list[TokenShardSource]
     ) -> None:
         self.reader, self.sources = reader, sources
-        used = packed.read_source >= 0
-        pairs = np.unique(np.stack([packed.read_source[used], packed.read_shard[used]]), axis=1)
-        self.files = [(j, pairs[1, pairs[0] == j].tolist()) for j in np.unique(pairs[0]).tolist()]
+        source, shard = packed.read_source, packed.read_shard
+        self.files = [  # (source, its shards read by the element), without sorting pieces
+            (j, np.flatnonzero(np.bincount(shard[source == j])).tolist())
+            for j in np.flatnonzero(np.bincount(source[source >= 0])).tolist()
+        ]
         self.checked = time.monotonic()
 
     def __getattr__(self, name: str) -> object:  # only for names this class lacks
