@@ -809,17 +809,17 @@ def test_far_step_with_a_selector_is_refused_stating_the_cost(tmp_path):
     message = r"lies in about epoch [\d,]+ of source 'a', whose sequence_selector decides"
     with pytest.raises(ValueError, match=message):
         within_a_second(lambda: gp.mixture_accounting(config, FAR))
+    state, it = state_after(config, 1) | {"step": FAR}, fresh(config)
     with pytest.raises(ValueError, match=message):
-        within_a_second(lambda: fresh(config).set_state(state_after(config, 1) | {"step": FAR}))
+        within_a_second(lambda: it.set_state(state))
 
 
 def test_step_beyond_int64_slots_is_refused(tmp_path):
     config = pipeline(small_corpus(tmp_path / "c"))
-    state = state_after(config, 1) | {"step": 2**62}
-    with pytest.raises(
-        ValueError, match=r"step [\d,]+ is no step of any run: its slots pass 2\*\*62"
-    ):
-        within_a_second(lambda: fresh(config).set_state(state))
+    state, it = state_after(config, 1) | {"step": 2**62}, fresh(config)
+    message = r"step [\d,]+ is no step of any run: its slots pass 2\*\*62"
+    with pytest.raises(ValueError, match=message):
+        within_a_second(lambda: it.set_state(state))
 
 
 @pytest.mark.parametrize("sources", [1, 2])
