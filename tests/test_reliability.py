@@ -1056,3 +1056,10 @@ def test_the_same_documents_in_other_shards_are_the_same_corpus(tmp_path, corpus
     # another document cut: another corpus
     other = gp.write_corpus(tmp_path / "o", [np.concatenate(documents[:2]), *documents[2:]])
     assert other.fingerprint != src.fingerprint
+
+
+def test_show_step_config_that_is_not_json_is_named(tmp_path, capsys):
+    for name, content in [("nested.json", "[" * 100_000), ("list.json", "[1]")]:
+        (tmp_path / name).write_text(content)
+        assert cli_main(["show-step", "1", "--config", str(tmp_path / name)]) == 1
+        assert f"{tmp_path / name}: " in capsys.readouterr().err
