@@ -267,14 +267,15 @@ def open_native(path: Path, eos_id: int | None) -> TokenShardSource:
         except OSError as err:
             raise os_error(err, "opening") from err
         try:
-            source, error = _open_native_at(path, fd, eos_id), None
-        except CorpusError as err:
-            source, error = None, err
-        try:
-            now = os.stat(path)
-            replaced = (now.st_dev, now.st_ino) != (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
-        except FileNotFoundError:
-            replaced = True
+            try:
+                source, error = _open_native_at(path, fd, eos_id), None
+            except CorpusError as err:
+                source, error = None, err
+            try:
+                now, opened = os.stat(path), os.fstat(fd)
+                replaced = (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino)
+            except FileNotFoundError:
+                replaced = True
         finally:
             os.close(fd)
         if not replaced:
