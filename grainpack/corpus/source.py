@@ -108,14 +108,6 @@ class FileIdentity:
         )
 
 
-def stat_file(path: str | os.PathLike[str], doing: str) -> os.stat_result:
-    """``os.stat(path)``; an ``OSError`` becomes a :class:`CorpusError` naming the file."""
-    try:
-        return os.stat(path)
-    except OSError as err:
-        raise os_error(err, doing) from err
-
-
 @dataclasses.dataclass(frozen=True)
 class OffsetsFile:
     """Native offsets: ``num_documents + 1`` little-endian int64 at ``path[byte_offset:]``."""
