@@ -57,12 +57,14 @@ def check_float(
     x = float(value)
     fix = f" ({fix})" if fix else ""
     if not math.isfinite(x):
-        raise ValueError(f"{name} must be a finite number; got {name}={value!r}{fix}")
+        raise ValueError(f"{name} must be a finite number; got {value!r}{fix}")
     if not (low < x < high or (closed_low and x == low) or (closed_high and x == high)):
-        left, right = "[" if closed_low else "(", "]" if closed_high else ")"
-        raise ValueError(
-            f"{name} must lie in {left}{low}, {high}{right}; got {name}={value!r}{fix}"
-        )
+        if math.isinf(high):
+            bound = f"be >= {low:g}" if closed_low else f"be > {low:g}"
+        else:
+            left, right = "[" if closed_low else "(", "]" if closed_high else ")"
+            bound = f"lie in {left}{low}, {high}{right}"
+        raise ValueError(f"{name} must {bound}; got {value!r}{fix}")
     return x
 
 

@@ -136,7 +136,7 @@ def test_show_step_errors_speak_in_flags(corpus, tmp_path, capsys):
     config = tmp_path / "run.json"
     config.write_text(json.dumps({"sources": {"a": str(corpus)}, "blocks": 8}))
     assert main(["show-step", "0", "--config", str(config)]) == 1
-    assert "unknown: ['blocks']" in capsys.readouterr().err
+    assert "unknown PipelineConfig fields ['blocks']" in capsys.readouterr().err
 
 
 def test_every_option_of_every_command_has_help():

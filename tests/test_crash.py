@@ -1,8 +1,11 @@
 """Crash safety: SIGKILL the corpus writer and the training loop, then recover.
 
 * ``tests/crash_writer.py`` builds a corpus of many small shards and is killed mid-build, in
-  ``close()`` just before the manifest rename, or while overwriting a complete corpus: what is
-  left never opens as a corpus, ``grainpack verify`` fails, and a rerun rebuilds it exactly.
+  ``close()`` just before or just after the atomic rename that publishes it, new or replacing a
+  complete corpus: the path holds the old corpus (or nothing, if there was none) or the complete
+  new one, and a rerun rebuilds it exactly and removes what the dead writer left. A second
+  writer process on the same path is refused. A property test forks hundreds of writers that
+  overwrite, race and are killed at random points, polling the path meanwhile.
 * ``tests/fault_train.py`` trains on ``make_dataset`` batches with Orbax checkpoints; it is
   killed at seeded steps (before/after logging a step, right after an async save, or from
   outside) and restarted from its last checkpoint each time. The batches it trained on, counted
@@ -14,6 +17,7 @@ Every child is bounded by a deadline and killed (SIGKILL, by its own pid) on any
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib.util
 import json
@@ -148,26 +152,20 @@ def writer_args(path: pathlib.Path, seed: int, *extra: str) -> list[str]:
     ]
 
 
-def assert_not_a_corpus(path: pathlib.Path) -> None:
-    """Neither ``open_corpus`` nor ``grainpack verify`` accepts what a killed writer left."""
-    with pytest.raises(gp.CorpusError, match="no manifest: the write was interrupted; rewrite"):
-        gp.open_corpus(path)
-    result = subprocess.run(
+def verify_exit(path: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-m", "grainpack", "verify", str(path)],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
         env=child_env(),
     )
-    assert result.returncode == 1, result
-    assert f"{path} is not a corpus" in result.stderr
-    assert "the write was interrupted" in result.stderr
 
 
 def assert_complete_build(path: pathlib.Path, reference: gp.TokenShardSource) -> None:
     """``path`` holds exactly the reference corpus, and only its files."""
     src = gp.open_corpus(path)
-    assert src.fingerprint == reference.fingerprint  # sha256 of every file, via the manifest
+    assert src.fingerprint == reference.fingerprint  # sha256 of the content, via the manifest
     np.testing.assert_array_equal(src.offsets, reference.offsets)
     np.testing.assert_array_equal(
         src.read_tokens(0, src.num_tokens), reference.read_tokens(0, reference.num_tokens)
@@ -176,6 +174,11 @@ def assert_complete_build(path: pathlib.Path, reference: gp.TokenShardSource) ->
     files = {s[key] for s in manifest["shards"] for key in ("tokens_file", "offsets_file")}
     assert {p.name for p in path.iterdir()} == files | {"manifest.json"}
     assert gp.verify_corpus(path).num_documents == DOCUMENTS
+
+
+def leftovers(path: pathlib.Path) -> list[str]:
+    """What writers left next to ``path`` (staging folders, replaced folders, lock files)."""
+    return sorted(p.name for p in path.parent.glob(f".{path.name}.*"))
 
 
 @pytest.fixture(scope="module")
@@ -193,8 +196,10 @@ def references(tmp_path_factory) -> dict[int, gp.TokenShardSource]:
 
 
 @pytest.mark.parametrize("overwrite", [False, True], ids=["new", "overwrite"])
-@pytest.mark.parametrize("moment", ["paused", "running", "closing"])
-def test_writer_killed_leaves_no_corpus_and_rerun_rebuilds(tmp_path, references, overwrite, moment):
+@pytest.mark.parametrize("moment", ["paused", "running", "publish", "published"])
+def test_writer_killed_leaves_old_or_new_corpus_and_rerun_rebuilds(
+    tmp_path, references, overwrite, moment
+):
     rng = random.Random(f"{SEED}-{moment}-{overwrite}")
     out = tmp_path / "corpus"
     if overwrite:  # a complete corpus of seed 1 is being replaced by seed 2
@@ -206,21 +211,197 @@ def test_writer_killed_leaves_no_corpus_and_rerun_rebuilds(tmp_path, references,
         args, wait_for = writer_args(out, 2, *flags, "--pause-after", str(k)), f"paused {k}"
     elif moment == "running":  # killed while it keeps writing
         args, wait_for = writer_args(out, 2, *flags), f"progress {k}"
-    else:  # every shard and the manifest's temporary file written, not yet renamed
-        args, wait_for = writer_args(out, 2, *flags, "--pause-in-close"), "closing"
+    else:  # every file written and fsync'd, just before or just after the atomic rename
+        args = writer_args(out, 2, *flags, "--pause-at", moment)
+        wait_for = {"publish": "publishing", "published": "published"}[moment]
     with child(args) as writer:
         writer.expect(wait_for)
         assert writer.kill() == -signal.SIGKILL
         assert "done" not in writer.printed()
-    assert len(list(out.glob("tokens-*.bin"))) >= 2  # killed with many shards on disk
-    if moment == "closing":
-        assert list(out.glob(".manifest.json.*.tmp"))
-    assert_not_a_corpus(out)
+    staged = [p for p in tmp_path.glob(".corpus.tmp-*") if p.is_dir()]
+    # the killed writer left its staging folder, or (renamed) the folder it replaced
+    assert len(staged) == (0 if moment == "published" and not overwrite else 1)
+    if moment == "published":  # the rename happened: the new corpus is complete
+        assert_complete_build(out, references[2])
+    elif overwrite:  # the old corpus, untouched and complete
+        assert gp.open_corpus(out).fingerprint == references[1].fingerprint
+        assert gp.verify_corpus(out).num_documents == DOCUMENTS
+    else:  # nothing was ever published
+        with pytest.raises(gp.CorpusNotFoundError, match="does not exist"):
+            gp.open_corpus(out)
+        result = verify_exit(out)
+        assert result.returncode == 1 and "does not exist" in result.stderr, result
 
     crash_writer.build(  # the same build again
-        str(out), seed=2, count=DOCUMENTS, shard_tokens=SHARD_TOKENS, overwrite=overwrite
+        str(out), seed=2, count=DOCUMENTS, shard_tokens=SHARD_TOKENS, overwrite=True
     )
     assert_complete_build(out, references[2])
+    assert leftovers(out) == []  # staging folders of dead writers and their lock are gone
+
+
+def test_two_writer_processes_on_one_path_the_second_is_refused(tmp_path, references):
+    out = tmp_path / "corpus"
+    with child(writer_args(out, 1, "--pause-after", "500")) as first:
+        first.expect("paused 500")
+        second = subprocess.run(
+            [sys.executable, *map(str, writer_args(out, 2))],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=child_env(),
+        )
+        assert second.returncode == 1, second
+        assert f"refused another write to {out} is in progress (process" in second.stdout
+        assert not out.exists()  # neither published anything
+        first.kill()
+    # once the first is dead its lock is free: a write succeeds and removes its leftovers
+    crash_writer.build(str(out), seed=2, count=DOCUMENTS, shard_tokens=SHARD_TOKENS)
+    assert_complete_build(out, references[2])
+    assert leftovers(out) == []
+
+
+# -- property: killed, racing and completed writers over one path -------------------------
+
+
+class Zygote:
+    """``crash_writer.py --serve``: forks writers on demand; collects their lines per tag."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(CRASH_WRITER), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        self.events: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
+        self.changed = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            tag, _, event = line.rstrip("\n").partition(" ")
+            with self.changed:
+                self.events[tag].append(event)
+                self.changed.notify_all()
+
+    def send(self, **command: Any) -> None:
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+
+    def wait_for(self, tag: str, *prefixes: str) -> str:
+        """The first line of writer ``tag`` that starts with one of ``prefixes``."""
+
+        def found() -> str | None:
+            return next((e for e in self.events[tag] if e.startswith(prefixes)), None)
+
+        with self.changed:
+            if not self.changed.wait_for(found, timeout=TIMEOUT):
+                pytest.fail(f"writer {tag} did not print {prefixes}: {self.events[tag][-5:]}")
+            return found()  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=TIMEOUT)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+def read_documents(path: pathlib.Path) -> list[tuple[int, ...]] | None:
+    """The documents at ``path`` (checked end to end by ``verify``), ``None`` if no corpus."""
+    try:
+        src = gp.open_corpus(path)
+        documents = [tuple(src[i].tolist()) for i in range(len(src))]
+    except gp.CorpusNotFoundError:
+        return None
+    except gp.CorpusError as err:  # a reader racing a publish: only "changed since opened"
+        assert "changed since the corpus was opened" in str(err), err
+        return read_documents(path)
+    return documents
+
+
+WRITER_COUNT, WRITER_SHARD_TOKENS = 30, 128  # ~1200 tokens in ~10 shards: 20 files to tear
+PROPERTY_CASES = 240
+TIMER_SECONDS = 0.05  # about the life of one writer: a random instant falls anywhere in it
+
+
+@pytest.mark.slow
+def test_property_path_always_holds_a_complete_corpus(tmp_path):
+    """Random writers over one path: each overwrites, races another or not, and is killed at
+    a pause point, at a random instant or not at all. After every case, and at every poll
+    while the writers run, the path holds exactly one of the versions written so far (the
+    last complete one or a new one), never a mix of two, never nothing."""
+    rng = random.Random(SEED)
+    path = tmp_path / "corpus"
+    versions = {
+        seed: [tuple(d.tolist()) for d in crash_writer.documents(seed, WRITER_COUNT)]
+        for seed in range(PROPERTY_CASES * 2 + 1)
+    }
+    by_content = {tuple(docs): seed for seed, docs in versions.items()}
+    gp.write_corpus(path, versions[0], shard_tokens=WRITER_SHARD_TOKENS)
+    current = 0
+    kinds = collections.Counter()
+    zygote = Zygote()
+    try:
+        for case in range(PROPERTY_CASES):
+            writers = [2 * case + 1] + ([2 * case + 2] if rng.random() < 0.25 else [])
+            pids = {}
+            plans = {}
+            for seed in writers:
+                how = rng.choice(["after", "publish", "published", "timer", "timer", "none"])
+                pause = {
+                    "after": f"after:{rng.randint(1, WRITER_COUNT)}",
+                    "publish": "publish",
+                    "published": "published",
+                }.get(how)
+                tag = f"w{seed}"
+                zygote.send(
+                    op="write",
+                    tag=tag,
+                    path=str(path),
+                    seed=seed,
+                    count=WRITER_COUNT,
+                    shard_tokens=WRITER_SHARD_TOKENS,
+                    overwrite=rng.random() < 0.9,
+                    pause=pause,
+                )
+                pids[tag] = int(zygote.wait_for(tag, "pid ").split()[1])
+                plans[tag] = (how, pause)
+            allowed = {current, *writers}
+            ends = ("done", "refused", "error")
+            for tag, (how, pause) in plans.items():
+                if pause is not None:  # killed where it stopped (unless it ended first)
+                    event = zygote.wait_for(tag, "paused" if how == "after" else pause, *ends)
+                elif how == "timer":  # killed at a random instant of its life
+                    deadline = time.monotonic() + rng.uniform(0.0, TIMER_SECONDS)
+                    while time.monotonic() < deadline:
+                        assert by_content.get(tuple(read_documents(path) or ())) in allowed
+                    event = "timer"
+                else:  # runs to its end
+                    event = zygote.wait_for(tag, *ends)
+                assert not event.startswith("error"), event
+                kinds[f"{how}:{event.split()[0]}"] += 1
+                if event != "done":
+                    os.kill(pids[tag], signal.SIGKILL)
+            for tag, pid in pids.items():
+                zygote.send(op="reap", tag=tag, pid=pid)
+                zygote.wait_for(tag, "exit")
+                assert not any(e.startswith("error") for e in zygote.events[tag]), tag
+            documents = read_documents(path)
+            assert documents is not None, f"case {case}: nothing at {path}"
+            seed = by_content.get(tuple(documents))
+            assert seed in allowed, f"case {case}: {path} holds a corpus nobody wrote"
+            if case % 20 == 0:
+                assert gp.verify_corpus(path).num_documents == WRITER_COUNT
+            current = seed
+    finally:
+        zygote.close()
+    # every kind of ending happened, and the last write cleans what dead writers left
+    assert kinds["published:published"] and kinds["publish:publishing"], kinds
+    assert sum(n for k, n in kinds.items() if k.startswith("timer")) > PROPERTY_CASES // 4
+    gp.write_corpus(path, versions[0], shard_tokens=WRITER_SHARD_TOKENS, overwrite=True)
+    assert leftovers(path) == []
 
 
 # -- fault-injected training --------------------------------------------------------------

@@ -11,8 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import pathlib
 import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +28,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 import grainpack as gp
+from grainpack.cli.main import main as cli_main
 
 DOCS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12, 13]]
 
@@ -199,6 +207,11 @@ def test_verify_finds_ids_at_or_above_vocab_size(tmp_path):
     path = small_corpus(tmp_path / "c", vocab_size=14)
     assert gp.verify_corpus(path).max_token_id == 13
     edit_manifest(path, lambda m: m.update(vocab_size=12))  # the ids 12, 13 no longer fit
+    with pytest.raises(
+        gp.CorpusError, match=re.escape("max_token_id=13 (expected < vocab_size=12)")
+    ):
+        gp.verify_corpus(path)  # the manifest contradicts itself
+    edit_manifest(path, lambda m: m.pop("max_token_id"))  # as an older writer wrote it
     tokens = re.escape(str(path / "tokens-00000.bin"))
     with pytest.raises(gp.CorpusError, match=f"{tokens}: token id 12 at stream position 11 is "):
         gp.verify_corpus(path)
@@ -260,8 +273,8 @@ SOURCES = {"en": "/data/en", "fr": "/data/fr"}
         ({"en": -0.5, "fr": 1.5}, ValueError, "weights['en'] must be > 0; got -0.5"),
         ({"en": math.nan, "fr": 1}, ValueError, "weights['en'] must be a finite number; got nan"),
         ({"en": math.inf, "fr": 1}, ValueError, "weights['en'] must be a finite number; got inf"),
-        ({"en": True, "fr": 1}, ValueError, "weights['en'] must be a finite number; got True"),
-        ({"en": "0.5", "fr": 0.5}, ValueError, "weights['en'] must be a finite number"),
+        ({"en": True, "fr": 1}, TypeError, "weights['en'] must be a number; got True"),
+        ({"en": "0.5", "fr": 0.5}, TypeError, "weights['en'] must be a number; got '0.5'"),
         ({"en": 0.3, "fr": 0.3}, ValueError, "weights must sum to 1"),
         ({"en": 1.0}, ValueError, "weights must name exactly the sources ['en', 'fr']; got ['en']"),
         ({"en": 0.5, "fr": 0.5, "de": 0.0}, ValueError, "must name exactly the sources"),
@@ -505,3 +518,550 @@ def test_restore_accepts_toggling_provenance(corpus):
     it = fresh(pipeline(corpus, block=8, global_batch_size=4))
     it.set_state(state)
     assert it.get_state()["step"] == 3
+
+
+# -- concurrent and failed writes ---------------------------------------------------------------
+
+
+def documents_of(path: pathlib.Path) -> list[list[int]]:
+    src = gp.open_corpus(path)
+    return [src[i].tolist() for i in range(len(src))]
+
+
+def test_second_writer_of_a_path_is_refused_while_the_first_writes(tmp_path):
+    path = tmp_path / "c"
+    first = gp.CorpusWriter(path)
+    first.add([1, 2])
+    message = f"another write to {path} is in progress \\(process {os.getpid()} holds"
+    for overwrite in (False, True):
+        with pytest.raises(gp.CorpusExistsError, match=message):
+            gp.CorpusWriter(path, overwrite=overwrite)
+    assert not path.exists()  # nothing is published before close()
+    first.close()
+    assert documents_of(path) == [[1, 2]]
+    with pytest.raises(gp.CorpusExistsError, match="already holds a corpus"):
+        gp.write_corpus(path, [[3]])  # the lock is free again; the corpus is protected
+    assert documents_of(path) == [[1, 2]]
+
+
+def failing_documents() -> Any:
+    yield [1, 2]
+    raise RuntimeError("the tokenizer crashed")
+
+
+@pytest.mark.parametrize(
+    ("documents", "error"),
+    [([[1], [-5]], "token id -5 at position 0 is negative"), (None, "the tokenizer crashed")],
+    ids=["bad-document", "generator-raises"],
+)
+def test_failed_overwrite_leaves_the_old_corpus_intact(tmp_path, documents, error):
+    path = small_corpus(tmp_path / "c", shard_tokens=4)
+    before = gp.open_corpus(path).fingerprint
+    with pytest.raises((ValueError, RuntimeError), match=error):
+        gp.write_corpus(path, documents or failing_documents(), overwrite=True)
+    assert documents_of(path) == DOCS
+    assert gp.verify_corpus(path).fingerprint == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]  # no staging, no lock left
+
+
+def test_filtering_a_corpus_in_place_reads_the_old_while_writing_the_new(tmp_path):
+    path = small_corpus(tmp_path / "c", shard_tokens=4)  # 4 shards: reads cross all of them
+    src = gp.open_corpus(path)
+    kept = gp.write_corpus(path, (src[i] for i in (4, 0, 2)), overwrite=True)
+    assert [d.tolist() for d in kept] == [DOCS[4], DOCS[0], DOCS[2]]
+    assert documents_of(path) == [DOCS[4], DOCS[0], DOCS[2]]
+    # the old source now points at replaced files: it refuses to read them
+    with pytest.raises(gp.CorpusError, match="changed since the corpus was opened"):
+        src[1]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_writer_refuses_a_directory_with_other_files(tmp_path, overwrite):
+    path = tmp_path / "c"
+    path.mkdir()
+    (path / "notes.txt").write_text("mine")
+    with pytest.raises(gp.CorpusExistsError, match=r"holds files that are not part of a corpus"):
+        gp.write_corpus(path, [[1]], overwrite=overwrite)
+    assert (path / "notes.txt").read_text() == "mine"
+
+
+# -- ids that would not fit the int32 batch arrays -------------------------------------------
+
+
+def write_megatron_int64(prefix: pathlib.Path, docs: list[list[int]]) -> None:
+    """A Megatron ``MMIDIDX`` v1 dataset of dtype code 5 (int64), written with struct."""
+    prefix.with_suffix(".bin").write_bytes(b"".join(struct.pack(f"<{len(d)}q", *d) for d in docs))
+    lengths = [len(d) for d in docs]
+    s = len(docs)
+    idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 5, s, s + 1)
+    idx += struct.pack(f"<{s}i", *lengths)
+    idx += struct.pack(f"<{s}q", *(8 * sum(lengths[:i]) for i in range(s)))
+    idx += struct.pack(f"<{s + 1}q", *range(s + 1))
+    prefix.with_suffix(".idx").write_bytes(idx)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"vocab_size": 2**32}, "vocab_size must be an int in [1, 2147483648] for uint32"),
+        ({"vocab_size": 2**31 + 1}, "(batches hold int32 ids, so ids must be < 2**31)"),
+    ],
+)
+def test_writer_caps_vocab_size_at_the_int32_batch_range(tmp_path, options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        gp.CorpusWriter(tmp_path / "c", dtype="uint32", **options)
+
+
+def test_writer_refuses_ids_that_would_wrap_in_int32_batches(tmp_path):
+    message = "token id 3000000000 at position 1 does not fit the int32 batch ids (max 2147483647)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        gp.write_corpus(tmp_path / "c", [[1, 3_000_000_000]], dtype="uint32")
+    # the largest id that fits arrives intact
+    src = gp.write_corpus(tmp_path / "d", [[2**31 - 1, *range(1, 9)]], dtype="uint32")
+    assert src.max_token_id == 2**31 - 1
+    assert first_batch(pipeline(tmp_path / "d"))["inputs"][0, 0] == 2**31 - 1
+
+
+def test_pipeline_refuses_sources_whose_ids_may_exceed_int32(tmp_path):
+    # a uint32 corpus whose manifest allows ids up to 2**32 - 1 (as older writers accepted)
+    path = gp.write_corpus(tmp_path / "c", [list(range(1, 20))], dtype="uint32").shards[0]
+    path = pathlib.Path(path.tokens_path).parent
+    edit_manifest(path, lambda m: (m.update(vocab_size=2**32), m.pop("max_token_id")))
+    with pytest.raises(ValueError, match=r"may hold token ids up to 4,294,967,295 \(vocab_size"):
+        gp.make_dataset(pipeline(path), process_index=0, process_count=1)
+    edit_manifest(path, lambda m: m.update(vocab_size=None))  # no bound recorded at all
+    with pytest.raises(ValueError, match="dtype uint32 and no recorded vocab_size or max_token"):
+        first_batch(pipeline(path))
+    # a Megatron int64 corpus: 2**40 would arrive as 0
+    write_megatron_int64(tmp_path / "m", [[2**40, 5, 6, 7, 8, 9]])
+    with pytest.raises(ValueError, match=r"may hold token ids up to 9,223,372,036,854,775,807"):
+        first_batch(pipeline(tmp_path / "m"))
+    message = f"grainpack build {tmp_path / 'm'} -o NEW --dtype uint32"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        first_batch(pipeline(tmp_path / "m"))
+
+
+@pytest.mark.parametrize("field", ["pad_id", "boundary_id"])
+def test_config_refuses_token_ids_outside_int32(field):
+    with pytest.raises(ValueError, match=re.escape(f"{field} must be < 2**31 (batches hold int32")):
+        gp.PipelineConfig(sources={"a": "/data/a"}, block=4, global_batch_size=2, **{field: 2**31})
+    gp.PipelineConfig(sources={"a": "/data/a"}, block=4, global_batch_size=2, **{field: 2**31 - 1})
+
+
+# -- files that change under a reader ----------------------------------------------------------
+
+CHILD_PRELUDE = """
+import os, pathlib, sys, time
+import numpy as np
+import grainpack as gp
+from grainpack.pipeline.batches import CHECK_SECONDS, PipelineBatches
+from grainpack.pipeline.elements import group_rows
+path = pathlib.Path(sys.argv[1])
+rng = np.random.default_rng(0)
+docs = [rng.integers(1, 1000, size=rng.integers(20, 60)) for _ in range(200)]
+gp.write_corpus(path, docs, shard_tokens=500)
+# 64 rows of 65 tokens per step: a group read covers 8 steps, a Grain element 512
+config = gp.PipelineConfig(sources={"a": str(path)}, block=64, global_batch_size=64, seed=1)
+per_group = group_rows(PipelineBatches(config)) // 64
+reference = iter(gp.make_dataset(config, process_index=0, process_count=1))
+want = [next(reference) for _ in range(3 * per_group)]
+it = iter(gp.make_dataset(config, process_index=0, process_count=1))
+for _ in range(3):
+    next(it)
+shard = path / "tokens-00003.bin"
+"""
+
+
+def run_child(code: str, *args: str, user: int | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(pathlib.Path(__file__).parents[1]), env.get("PYTHONPATH")) if p
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+@pytest.mark.parametrize("change", ["truncate", "shrink", "rewrite", "overwrite"])
+def test_files_changed_under_a_live_iterator_raise_a_python_error(tmp_path, change):
+    """A shard truncated in place (to nothing: SIGBUS before; by half, inside its one page:
+    zeros before), rewritten with the same size, or the whole corpus replaced by
+    ``overwrite=True``: the next read names the file; no batch mixes old and new tokens
+    (every batch before the error equals an uninterrupted run's)."""
+    damage = {
+        "truncate": "os.truncate(shard, 0)",
+        "shrink": "os.truncate(shard, shard.stat().st_size // 2)",
+        # same size, new bytes; a write 10 ms later than the original (the kernel's timestamp
+        # granularity is a few ms, so a rewrite in the same instant keeps the mtime)
+        "rewrite": "mtime = shard.stat().st_mtime_ns\n"
+        "shard.write_bytes(bytes(reversed(shard.read_bytes())))\n"
+        "os.utime(shard, ns=(mtime + 10**7, mtime + 10**7))",
+        "overwrite": "gp.write_corpus(path, [d[::-1] for d in docs], shard_tokens=500, "
+        "overwrite=True)",
+    }[change]
+    code = (
+        CHILD_PRELUDE
+        + damage
+        + """
+time.sleep(2 * CHECK_SECONDS)
+for step in range(3, len(want)):
+    try:
+        got = next(it)
+    except gp.CorpusError as err:
+        print("ERROR", step == per_group, err)
+        break
+    assert all(np.array_equal(got[k], want[step][k]) for k in got), f"mixed batch {step}"
+"""
+    )
+    result = run_child(code, str(tmp_path / "c"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = result.stdout.strip().splitlines()[-1]
+    # raised at the first read after the change (the steps before were read before it)
+    assert line.startswith("ERROR True "), result.stdout[-2000:]
+    expected = {
+        "truncate": r"size \d+ -> 0 bytes",
+        "shrink": r"size \d+ -> \d+ bytes",
+        "rewrite": r"modified in place: same size, new modification time",
+        "overwrite": r"replaced by another file",
+    }[change]
+    assert re.search(rf"changed since the corpus was opened \({expected}\)", line), line
+    assert str(tmp_path / "c" / "tokens-0000") in line  # the file is named
+
+
+def test_truncated_shard_read_through_the_source_raises_not_sigbus(tmp_path):
+    code = (
+        CHILD_PRELUDE
+        + """
+src = gp.open_corpus(path)
+src[10], src[199]  # maps the shards
+os.truncate(shard, 8)
+for i in range(len(src)):
+    try:
+        src[i]
+    except gp.CorpusError as err:
+        print("ERROR", i, err)
+"""
+    )
+    result = run_child(code, str(tmp_path / "c"))
+    assert result.returncode == 0, result.stderr[-3000:]  # no SIGBUS (exit 135)
+    errors = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
+    assert errors and all(str(tmp_path / "c" / "tokens-00003.bin") in e for e in errors)
+
+
+# -- bounded work on any state --------------------------------------------------------------
+
+
+FAR = 10**12
+
+
+def two_sources(tmp_path: pathlib.Path, **fields: Any) -> gp.PipelineConfig:
+    small_corpus(tmp_path / "a")
+    small_corpus(tmp_path / "b")
+    sources = {"a": str(tmp_path / "a"), "b": str(tmp_path / "b")}
+    return gp.PipelineConfig(sources=sources, block=4, global_batch_size=2, **fields)
+
+
+def within_a_second(call: Callable[[], Any]) -> Any:
+    """Runs ``call``; the bound is about 1000 times what it takes (a hang takes hours)."""
+    start = time.perf_counter()
+    try:
+        return call()
+    finally:
+        assert time.perf_counter() - start < 1.0
+
+
+def test_far_step_with_one_source_is_cheap(tmp_path):
+    """One source: the occurrence is the slot, so step 10**12 costs what step 0 costs."""
+    config = pipeline(small_corpus(tmp_path / "c"))
+    account = within_a_second(lambda: gp.mixture_accounting(config, FAR))["a"]
+    assert account.rows == 2 * FAR  # every slot took the only source
+    assert (account.epoch, account.epoch_fraction) == (2 * FAR // 3, 2 / 3)  # 3 rows an epoch
+    state = state_after(config, 2) | {"step": FAR}
+    state["digest"] = gp.pipeline.dataset.batch_digest(
+        gp.pipeline.batches.PipelineBatches(config).batch(FAR - 1, 0)
+    )
+    it = fresh(config)
+    within_a_second(lambda: it.set_state(state))
+    assert it.get_state()["step"] == FAR and next(it)["inputs"].shape == (2, 4)
+
+
+def test_far_step_with_several_sources_is_refused_stating_the_cost(tmp_path):
+    config = two_sources(tmp_path)
+    cost = r"hashes every one of them: about [\d,]+ s and [\d,]+ MiB; grainpack refuses more "
+    with pytest.raises(ValueError, match=cost):
+        within_a_second(lambda: gp.mixture_accounting(config, FAR))
+    state = state_after(config, 2) | {"step": FAR}
+    it = fresh(config)
+    with pytest.raises(ValueError, match=cost):
+        within_a_second(lambda: it.set_state(state))
+    assert it.get_state()["step"] == 0
+    batches = gp.pipeline.batches.PipelineBatches(config)
+    with pytest.raises(ValueError, match=cost):
+        within_a_second(lambda: batches.batch(FAR, 0))
+
+
+def keep_all(order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    return order
+
+
+def test_far_step_with_a_selector_is_refused_stating_the_cost(tmp_path):
+    config = pipeline(small_corpus(tmp_path / "c"), sequence_selector=keep_all)
+    message = r"lies in about epoch [\d,]+ of source 'a', whose sequence_selector decides"
+    with pytest.raises(ValueError, match=message):
+        within_a_second(lambda: gp.mixture_accounting(config, FAR))
+    state, it = state_after(config, 1) | {"step": FAR}, fresh(config)
+    with pytest.raises(ValueError, match=message):
+        within_a_second(lambda: it.set_state(state))
+
+
+def test_step_beyond_int64_slots_is_refused(tmp_path):
+    config = pipeline(small_corpus(tmp_path / "c"))
+    state, it = state_after(config, 1) | {"step": 2**62}, fresh(config)
+    message = r"step [\d,]+ is no step of any run: its slots pass 2\*\*62"
+    with pytest.raises(ValueError, match=message):
+        within_a_second(lambda: it.set_state(state))
+
+
+@pytest.mark.parametrize("sources", [1, 2])
+def test_show_step_far_future_answers_or_refuses_quickly(tmp_path, sources):
+    small_corpus(tmp_path / "a")
+    small_corpus(tmp_path / "b")
+    flags = [f"--source=a={tmp_path / 'a'}"] + [f"--source=b={tmp_path / 'b'}"] * (sources - 1)
+    argv = ["show-step", str(FAR), *flags, "--block", "4", "--batch-size", "2", "--json"]
+    code = within_a_second(lambda: cli_main(argv))
+    assert code == (0 if sources == 1 else 1)
+
+
+# -- manifests and foreign indexes ---------------------------------------------------------------
+
+
+def test_manifest_listing_a_shard_twice_is_refused(tmp_path):
+    path = small_corpus(tmp_path / "c")
+
+    def twice(m: dict[str, Any]) -> None:
+        m["shards"].append(dict(m["shards"][0]))
+        m["num_tokens"] *= 2
+        m["num_documents"] *= 2
+
+    edit_manifest(path, twice)
+    message = "shards[1].tokens_file='tokens-00000.bin' is also shards[0].tokens_file"
+    for check in (gp.open_corpus, gp.verify_corpus):
+        with pytest.raises(gp.CorpusError, match=re.escape(message)):
+            check(path)
+
+
+@pytest.mark.parametrize(
+    "name", ["../other/x.bin", "/etc/passwd", "sub/x.bin", ".hidden", "index.json", "a\\b"]
+)
+def test_flat_index_names_outside_the_folder_are_refused(tmp_path, name):
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.bin").write_bytes(b"\x01\x00" * 8)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "index.json").write_text(json.dumps({name: 8}))
+    with pytest.raises(gp.CorpusError, match=r"shard names must be plain file names inside"):
+        gp.open_corpus(tmp_path / "c")
+
+
+def test_flat_index_listing_a_shard_twice_is_refused(tmp_path):
+    (tmp_path / "s0.bin").write_bytes(b"\x01\x00" * 4)
+    (tmp_path / "index.json").write_text('{"s0.bin": 4, "s0.bin": 4}')
+    with pytest.raises(gp.CorpusError, match=re.escape("shards listed twice: ['s0.bin']")):
+        gp.open_corpus(tmp_path)
+
+
+# -- every corpus problem is a CorpusError naming the file ---------------------------------------
+
+
+def test_symlink_loops_are_named(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for call in (gp.open_corpus, lambda p: gp.write_corpus(p, [[1]])):
+        with pytest.raises(gp.CorpusError, match=f"{tmp_path / 'loop'}: Too many levels of sym"):
+            call(tmp_path / "loop")
+    path = small_corpus(tmp_path / "c")
+    (path / "tokens-00000.bin").unlink()
+    (path / "tokens-00000.bin").symlink_to(path / "tokens-00000.bin")
+    with pytest.raises(gp.CorpusError, match=f"{path / 'tokens-00000.bin'}: Too many levels"):
+        gp.open_corpus(path)
+    (path / "manifest.json").unlink()
+    (path / "manifest.json").symlink_to(path / "manifest.json")
+    with pytest.raises(gp.CorpusError, match=f"{path / 'manifest.json'}: Too many levels"):
+        gp.open_corpus(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe", "not UTF-8 text"),
+        (b"[" * 100_000 + b"]" * 100_000, "JSON nested too deeply"),
+        (b"{" * 10, "not valid JSON"),
+    ],
+    ids=["binary", "deeply-nested", "truncated"],
+)
+@pytest.mark.parametrize("index", ["manifest.json", "index.json"])
+def test_unparseable_index_files_are_named(tmp_path, content, problem, index, capsys):
+    (tmp_path / index).write_bytes(content)
+    with pytest.raises(gp.CorpusError, match=re.escape(f"{tmp_path / index}: {problem}")):
+        gp.open_corpus(tmp_path)
+    assert cli_main(["verify", str(tmp_path)]) == 1  # a message, not a traceback
+    assert f"{tmp_path / index}: {problem}" in capsys.readouterr().err
+
+
+def test_writing_under_a_file_is_named(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(gp.CorpusError, match=f"{tmp_path / 'file'}.*a part of the path is a file"):
+        gp.write_corpus(tmp_path / "file" / "corpus", [[1]])
+    with pytest.raises(gp.CorpusExistsError, match="exists and is not a directory"):
+        gp.write_corpus(tmp_path / "file", [[1]])
+
+
+def test_unreadable_and_unwritable_files_are_named_for_a_non_root_user(tmp_path):
+    """As an unprivileged user (root reads everything: the child drops to uid 65534)."""
+    # Outside pytest's temporary folder, which only its owner may enter.
+    root = pathlib.Path(tempfile.mkdtemp(prefix="grainpack-perm-", dir="/tmp"))
+    try:
+        root.chmod(0o755)
+        path, other = small_corpus(root / "c", shard_tokens=4), small_corpus(root / "d")
+        for p in (path, other, *path.iterdir(), *other.iterdir()):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        (path / "tokens-00001.bin").chmod(0o000)
+        (other / "manifest.json").chmod(0o000)
+        (root / "locked").mkdir(mode=0o755)
+        code = """
+import os, sys
+import grainpack as gp
+import grainpack.corpus.formats, grainpack.corpus.writer  # before the stdlib is unreadable
+if os.geteuid() == 0:
+    os.setgid(65534)
+    os.setuid(65534)
+root = sys.argv[1]
+for name, call in [
+    ("open", lambda: gp.open_corpus(f"{root}/c")[1]),
+    ("manifest", lambda: gp.open_corpus(f"{root}/d")),
+    ("write", lambda: gp.write_corpus(f"{root}/locked/new", [[1]])),
+]:
+    try:
+        call()
+        print(name, "no error")
+    except gp.CorpusError as err:
+        print(name, type(err).__name__, err)
+    except OSError as err:
+        print(name, "raw", type(err).__name__, err)
+"""
+        if os.geteuid() != 0:  # the files are ours: take the permissions away ourselves
+            (root / "locked").chmod(0o555)
+        result = run_child(code, str(root))
+        if result.returncode and "Operation not permitted" in result.stderr:
+            pytest.skip("cannot drop to an unprivileged user here")
+        assert result.returncode == 0, result.stderr[-3000:]
+        lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
+        fix = "Permission denied; make it accessible (chmod/chown)"
+        assert lines["open"].startswith("CorpusError ")
+        assert f"{path / 'tokens-00001.bin'}: {fix}" in lines["open"]
+        assert f"CorpusError reading {other / 'manifest.json'}: {fix}" in lines["manifest"]
+        assert lines["write"].startswith("CorpusError ")
+        assert f"{root / 'locked'}" in lines["write"] and fix in lines["write"]
+    finally:
+        for p in root.rglob("*"):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        shutil.rmtree(root)
+
+
+# -- smaller messages -----------------------------------------------------------------------------
+
+
+def test_vocab_size_zero_does_not_suggest_uint32(tmp_path):
+    with pytest.raises(ValueError, match=r"got vocab_size=0$"):
+        gp.CorpusWriter(tmp_path / "c", vocab_size=0)
+    with pytest.raises(ValueError, match=r"got vocab_size=70000; use dtype='uint32'$"):
+        gp.CorpusWriter(tmp_path / "c", vocab_size=70000)
+
+
+def test_numpy_float_weights_are_numbers():
+    weights = {"en": np.float32(0.25), "fr": np.float64(0.75)}
+    config = gp.PipelineConfig(sources=SOURCES, block=4, global_batch_size=2, weights=weights)
+    assert config.probabilities == (0.25, 0.75)
+
+
+def test_verify_checks_eos_id(tmp_path):
+    path = small_corpus(tmp_path / "c", vocab_size=14, eos_id=13)
+    assert "eos_id=13 is a token id" in gp.verify_corpus(path).checks
+    edit_manifest(path, lambda m: m.update(eos_id=14))  # verify used to pass this
+    with pytest.raises(gp.CorpusError, match=re.escape("eos_id=14 (expected < vocab_size=14)")):
+        gp.verify_corpus(path)
+    edit_manifest(path, lambda m: m.update(vocab_size=None, eos_id=70000))
+    with pytest.raises(gp.CorpusError, match=re.escape("eos_id=70000 (expected < 65536 for")):
+        gp.verify_corpus(path)
+    prefix = tmp_path / "u8"  # a Megatron corpus of uint8 ids, read with an eos_id
+    prefix.with_suffix(".bin").write_bytes(bytes([1, 2, 3]))
+    idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 1, 1, 2)
+    idx += struct.pack("<i", 3) + struct.pack("<q", 0) + struct.pack("<2q", 0, 1)
+    prefix.with_suffix(".idx").write_bytes(idx)
+    assert gp.verify_corpus(prefix, eos_id=2).num_documents == 1
+    with pytest.raises(gp.CorpusError, match=re.escape(f"{prefix}: eos_id=300 is not a token")):
+        gp.verify_corpus(prefix, eos_id=300)
+
+
+def test_jsonl_gz_that_is_not_gzip_is_named(tmp_path):
+    (tmp_path / "a.jsonl.gz").write_text('{"input_ids": [1]}\n')
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'a.jsonl.gz'}: not a valid gzip")):
+        gp.convert_jsonl(tmp_path / "a.jsonl.gz", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_builds_from_a_directory_of_npy_files(tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    np.save(tmp_path / "in" / "b.npy", np.array([[3, 4]]))
+    np.save(tmp_path / "in" / "a.npy", np.array([1, 2]))
+    assert cli_main(["build", str(tmp_path / "in"), "-o", str(tmp_path / "out")]) == 0
+    assert documents_of(tmp_path / "out") == [[1, 2], [3, 4]]  # files in sorted order
+
+
+def test_cli_refuses_an_empty_jsonl(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_text("\n\n")
+    assert cli_main(["build", str(tmp_path / "a.jsonl"), "-o", str(tmp_path / "out")]) == 1
+    assert (
+        "no documents (empty, or blank lines only); nothing was written" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_restore_names_a_forged_process_layout(corpus):
+    config = pipeline(corpus, block=8, global_batch_size=4)
+    state = state_after(config, 3)  # saved by the only process of 1
+    with pytest.raises(ValueError, match="process_count=3 does not divide global_batch_size=4"):
+        fresh(config).set_state(state | {"process_count": 3})
+    message = "digest of batch 2 is that of process 0 of 1, not of the process_index/process_count"
+    with pytest.raises(ValueError, match=message):
+        fresh(config).set_state(state | {"process_count": 2})
+    # a state of process 1 of 2 given to a restore as process 0: its batch is named too
+    two = iter(gp.make_dataset(config, process_index=1, process_count=2))
+    for _ in range(3):
+        next(two)
+    with pytest.raises(ValueError, match="is that of process 1 of 2"):
+        fresh(config).set_state(two.get_state() | {"process_index": 0})
+
+
+def test_the_same_documents_in_other_shards_are_the_same_corpus(tmp_path, corpus):
+    src = gp.open_corpus(corpus)
+    documents = [src[i] for i in range(len(src))]
+    resharded = gp.write_corpus(tmp_path / "r", documents, shard_tokens=37)
+    assert len(resharded.shards) != len(src.shards)
+    assert resharded.fingerprint == src.fingerprint
+    state = state_after(pipeline(corpus, block=8, global_batch_size=4), 3)
+    it = fresh(pipeline(tmp_path / "r", block=8, global_batch_size=4))
+    it.set_state(state)  # the digest of batch 2 checks out too
+    want = fresh(pipeline(corpus, block=8, global_batch_size=4))
+    for _ in range(3):
+        next(want)
+    got, expected = next(it), next(want)
+    assert all(np.array_equal(got[k], expected[k]) for k in expected)
+    # another document cut: another corpus
+    other = gp.write_corpus(tmp_path / "o", [np.concatenate(documents[:2]), *documents[2:]])
+    assert other.fingerprint != src.fingerprint
+
+
+def test_show_step_config_that_is_not_json_is_named(tmp_path, capsys):
+    for name, content in [("nested.json", "[" * 100_000), ("list.json", "[1]")]:
+        (tmp_path / name).write_text(content)
+        assert cli_main(["show-step", "1", "--config", str(tmp_path / name)]) == 1
+        assert f"{tmp_path / name}: " in capsys.readouterr().err

@@ -309,7 +309,7 @@ def test_length_buckets_bad_input(kwargs, error, match):
         (lambda: LinearRamp(start=(1.0,), end=(0.0,), epochs=0), ValueError, "epochs must"),
         (lambda: LengthBandit(0), ValueError, "num_buckets must"),
         (lambda: LengthBandit(2, exploration=0.0), ValueError, "exploration must lie"),
-        (lambda: LengthBandit(2, learning_rate=-1.0), ValueError, "learning_rate must lie"),
+        (lambda: LengthBandit(2, learning_rate=-1.0), ValueError, "learning_rate must be > 0"),
         (lambda: LengthBandit(2, delay=0), ValueError, "delay must"),
         (lambda: LengthBandit(2, decay=1.0), ValueError, r"decay must lie in \[0.0, 1.0\)"),
         (lambda: LengthBandit(2).update(1, [0.0, 0.0]), ValueError, "epoch 0; got epoch=1"),

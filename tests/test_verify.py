@@ -136,3 +136,30 @@ def test_describe_corpus_does_not_raise_on_out_of_vocab_ids(tmp_path):
     write_corpus(tmp_path, [[1, 2], [3]], vocab_size=8)
     _rewrite_shard(tmp_path, [1, 9, 3], [0, 2, 3])
     assert describe_corpus(open_corpus(tmp_path))["max_token_id"] == 9
+
+
+def _edit(path, **values) -> None:
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest.update(values)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_verify_corpus_checks_the_stream_digest_and_max_token_id(tmp_path):
+    path = tmp_path / "c"
+    write_corpus(path, DOCS, shard_tokens=4)
+    report = verify_corpus(path)
+    assert "content_sha256" in report.checks and "max_token_id=11" in report.checks
+    manifest = json.loads((path / "manifest.json").read_text())
+    # the digest of a copy in one shard is the same: it is computed over the whole stream
+    write_corpus(tmp_path / "one", DOCS)
+    one = json.loads((tmp_path / "one" / "manifest.json").read_text())
+    assert one["content_sha256"] == manifest["content_sha256"]
+    _edit(path, content_sha256="0" * 64)
+    with pytest.raises(CorpusError, match=r"content_sha256 \(of the whole stream\) mismatch"):
+        verify_corpus(path)
+    _edit(path, content_sha256=manifest["content_sha256"], max_token_id=10)
+    with pytest.raises(CorpusError, match="max_token_id=10 but the largest token id is 11"):
+        verify_corpus(path)
+    _edit(path, max_token_id=None)
+    with pytest.raises(CorpusError, match="max_token_id=None but the largest token id is 11"):
+        verify_corpus(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -81,16 +83,107 @@ def test_corpus_writer_interrupted_leaves_no_corpus_and_rewrite_succeeds(tmp_pat
     assert not (tmp_path / "tokens-00007.bin").exists()
 
 
-def test_corpus_writer_overwrite_removes_manifest_first(tmp_path):
-    write_corpus(tmp_path, [[1]])
+def test_corpus_writer_failed_overwrite_keeps_the_old_corpus(tmp_path):
+    old = write_corpus(tmp_path, [[1]])
     with pytest.raises(RuntimeError), CorpusWriter(tmp_path, overwrite=True) as w:
         w.add([2])
         raise RuntimeError("crash mid-overwrite")
-    with pytest.raises(CorpusError, match="not a corpus"):
-        open_corpus(tmp_path)
+    assert _docs(open_corpus(tmp_path)) == [[1]]
+    assert open_corpus(tmp_path).fingerprint == old.fingerprint
+    assert [p.name for p in tmp_path.parent.glob(f".{tmp_path.name}*")] == []  # no leftovers
 
 
 def test_corpus_writer_accepts_numpy_integer_options(tmp_path):
     src = write_corpus(tmp_path, [[1]], vocab_size=np.int64(5), eos_id=np.uint16(1))
     assert (src.vocab_size, src.eos_id) == (5, 1)
     assert type(open_corpus(tmp_path, eos_id=np.int32(1)).eos_id) is int
+
+
+# -- the transaction ------------------------------------------------------------------------------
+
+
+def _leftovers(path) -> list[str]:
+    return sorted(p.name for p in path.parent.glob(f".{path.name}.*"))
+
+
+def test_corpus_writer_publishes_only_on_close(tmp_path):
+    path = tmp_path / "c"
+    writer = CorpusWriter(path, shard_tokens=2)
+    writer.add([1, 2])
+    writer.add([3])
+    assert not path.exists()  # everything is in the staging folder next to it
+    assert [n.split("-")[0] for n in _leftovers(path)] == [".c.lock", ".c.tmp"]
+    writer.close()
+    assert _docs(open_corpus(path)) == [[1, 2], [3]]
+    assert _leftovers(path) == []
+
+
+def test_corpus_writer_through_a_symlink_writes_the_target(tmp_path):
+    write_corpus(tmp_path / "real", [[1]])
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    write_corpus(tmp_path / "link", [[2]], overwrite=True)
+    assert (tmp_path / "link").is_symlink()  # the link stays, the corpus behind it changes
+    assert _docs(open_corpus(tmp_path / "real")) == [[2]]
+
+
+def test_corpus_writer_without_exchange_renames_twice_and_recovers(tmp_path, monkeypatch):
+    """On file systems without ``RENAME_EXCHANGE`` an overwrite renames the old folder aside
+    first; a writer killed between the two renames leaves nothing at the path until the next
+    write puts the old corpus back."""
+    from grainpack.corpus import writer as module
+
+    path = tmp_path / "c"
+    write_corpus(path, [[1]])
+    monkeypatch.setattr(module, "_renameat2", lambda src, dst, flags: False)
+    assert _docs(write_corpus(path, [[2]], overwrite=True)) == [[2]]
+    assert _leftovers(path) == []
+    # as a writer killed between the renames leaves it: the old corpus aside, a staged new one
+    path.rename(tmp_path / ".c.old-123-abcd")
+    write_corpus(tmp_path / "staged", [[3]]).shards  # noqa: B018
+    (tmp_path / "staged").rename(tmp_path / ".c.tmp-123-abcd")
+    with pytest.raises(CorpusError, match=r"left the previous corpus at .*\.c\.old-123-abcd"):
+        open_corpus(path)
+    with pytest.raises(FileExistsError, match="already holds a corpus"):
+        write_corpus(path, [[4]])  # the old corpus is back first, and protected
+    assert _docs(open_corpus(path)) == [[2]]
+    assert _leftovers(path) == []
+
+
+def test_corpus_writer_refuses_a_mount_point(tmp_path, monkeypatch):
+    path = tmp_path / "c"
+    path.mkdir()
+    real_stat = os.stat
+
+    def stat(p, *args, **kwargs):  # the target on another device than its parent
+        result = real_stat(p, *args, **kwargs)
+        if os.fspath(p) == os.fspath(path):
+            values = list(result)
+            values[2] += 1  # st_dev
+            return os.stat_result(values)
+        return result
+
+    monkeypatch.setattr(os, "stat", stat)
+    with pytest.raises(CorpusError, match=r"is a mount point.*write to a directory inside it"):
+        CorpusWriter(path)
+
+
+def test_corpus_writer_buffers_are_invisible_in_the_files(tmp_path, monkeypatch):
+    """Documents are buffered FLUSH_TOKENS at a time: any buffer size writes the same bytes
+    and manifest, and a caller reusing its array between add() calls changes nothing."""
+    from grainpack.corpus import writer as module
+
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 60000, size=rng.integers(0, 12)) for _ in range(60)]
+    write_corpus(tmp_path / "a", docs, shard_tokens=40)
+    monkeypatch.setattr(module, "FLUSH_TOKENS", 5)  # documents longer than it are written alone
+    with CorpusWriter(tmp_path / "b", shard_tokens=40) as writer:
+        reused = np.empty(12, np.int64)
+        for doc in docs:
+            reused[: len(doc)] = doc
+            writer.add(reused[: len(doc)])
+            reused[:] = 7  # scribbled over before the buffer is written
+    assert (tmp_path / "a" / "manifest.json").read_bytes() == (
+        tmp_path / "b" / "manifest.json"
+    ).read_bytes()
+    assert _docs(open_corpus(tmp_path / "b")) == [d.tolist() for d in docs]
+    assert open_corpus(tmp_path / "b").max_token_id == max(int(d.max()) for d in docs if d.size)

@@ -182,13 +182,23 @@ def _config(args: argparse.Namespace) -> Any:
 
     fields: dict[str, Any] = {}
     if args.config:
-        fields = json.loads(Path(args.config).read_text())
+        try:
+            fields = json.loads(Path(args.config).read_bytes())
+        except RecursionError:
+            raise ValueError(f"{args.config}: JSON nested too deeply to be a config") from None
+        except ValueError as err:
+            raise ValueError(f"{args.config}: not a JSON config ({err})") from None
         known = {f.name for f in dataclasses.fields(PipelineConfig)} - {"provenance"}
-        unknown = sorted(set(fields) - known) if isinstance(fields, dict) else None
-        if unknown is None or unknown:
+        if not isinstance(fields, dict):
             raise ValueError(
                 f"--config {args.config}: expected a JSON object of PipelineConfig fields "
-                f"({', '.join(sorted(known))}); unknown: {unknown or type(fields).__name__}"
+                f"({', '.join(sorted(known))}), got a {type(fields).__name__}"
+            )
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise ValueError(
+                f"--config {args.config}: unknown PipelineConfig fields {unknown}; the fields "
+                f"are {', '.join(sorted(known))}"
             )
     if args.source:
         fields["sources"] = _pairs(args.source, "--source")
@@ -229,10 +239,23 @@ def _table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def _token_files(inputs: list[Path]) -> list[Path]:
+    """A folder that is not a corpus stands for its ``.npy`` or ``.jsonl(.gz)`` files."""
+    files = []
+    for p in inputs:
+        corpus = any((p / name).exists() for name in ("manifest.json", "index.json"))
+        if not p.is_dir() or corpus:
+            files.append(p)
+            continue
+        found = sorted(f for f in p.iterdir() if f.name.endswith((".npy", ".jsonl", ".jsonl.gz")))
+        files.extend(found or [p])
+    return files
+
+
 def _build(args: argparse.Namespace) -> None:
     from grainpack.corpus import convert
 
-    inputs = [Path(p) for p in args.inputs]
+    inputs = _token_files([Path(p) for p in args.inputs])
     options = dict(
         vocab_size=args.vocab_size,
         eos_id=args.eos_id,

@@ -10,6 +10,7 @@ import contextlib
 import gzip
 import json
 import os
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -130,8 +131,13 @@ def convert_npy(
 
 def _jsonl_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        yield from enumerate(f, start=1)
+    try:
+        with opener(path, "rb") as f:
+            yield from enumerate(f, start=1)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise ValueError(
+            f"{path}: not a valid gzip file ({err}); decompress or rename it (.jsonl)"
+        ) from err
 
 
 def convert_jsonl(
@@ -152,7 +158,8 @@ def convert_jsonl(
     Blank lines are skipped. A directory stands for its ``*.jsonl``/``*.jsonl.gz`` files, sorted.
 
     Raises:
-        ValueError: A line is not JSON, lacks ``field``, or holds bad ids (names ``file:line``).
+        ValueError: A line is not JSON, lacks ``field``, or holds bad ids (names ``file:line``);
+            a ``.gz`` file is not gzip; the files hold no documents at all.
 
     Example:
         >>> import tempfile
@@ -191,6 +198,11 @@ def convert_jsonl(
                     writer.add(ids)
                 except (ValueError, TypeError) as err:
                     raise ValueError(f"{path}:{lineno}: {err}") from err
+        if writer.num_documents == 0:
+            raise ValueError(
+                f"{', '.join(map(str, files))}: no documents (empty, or blank lines only); "
+                "nothing was written"
+            )
     return open_corpus(out)
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["CorpusError", "CorpusExistsError", "CorpusNotFoundError"]
+import errno
+import os
+
+__all__ = ["CorpusError", "CorpusExistsError", "CorpusNotFoundError", "os_error"]
 
 
 class CorpusError(ValueError):
@@ -14,4 +17,34 @@ class CorpusNotFoundError(FileNotFoundError, CorpusError):
 
 
 class CorpusExistsError(FileExistsError, CorpusError):
-    """A write would replace a corpus without ``overwrite=True`` (also a ``ValueError``)."""
+    """A write would replace a corpus without ``overwrite=True``, or another write to the same
+    path is in progress (also a ``ValueError``)."""
+
+
+# errno -> what to do about it; the message names the file the system names.
+_FIXES = {
+    errno.EACCES: "make it accessible (chmod/chown) or run as a user who may read and write it",
+    errno.EPERM: "make it accessible (chmod/chown) or run as a user who may read and write it",
+    errno.ELOOP: "a symbolic link points (through other links) back at itself: fix the link",
+    errno.ENOTDIR: "a part of the path is a file, not a directory: choose another path",
+    errno.EISDIR: "it is a directory where a file was expected: remove or rename it",
+    errno.ENOSPC: "the disk is full: free space or write elsewhere",
+    errno.EROFS: "the file system is read-only: write elsewhere",
+    errno.ENAMETOOLONG: "the path is too long: choose a shorter one",
+}
+
+
+def os_error(err: OSError, doing: str) -> CorpusError:
+    """A :class:`CorpusError` for an ``OSError`` met while ``doing`` something with a corpus:
+    it names the file and the fix (a missing file gives a :class:`CorpusNotFoundError`).
+
+    Example:
+        >>> os_error(PermissionError(13, "Permission denied", "/c/tokens-00000.bin"), "reading")
+        CorpusError('reading /c/tokens-00000.bin: Permission denied; make it accessible (chmod/chown) or run as a user who may read and write it')
+    """  # noqa: E501
+    where = os.fsdecode(err.filename) if err.filename is not None else "the corpus"
+    fix = _FIXES.get(err.errno or 0, "check the path and the file system")
+    message = f"{doing} {where}: {err.strerror or err}; {fix}"
+    if isinstance(err, FileNotFoundError):
+        return CorpusNotFoundError(message)
+    return CorpusError(message)

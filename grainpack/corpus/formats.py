@@ -9,10 +9,12 @@ Megatron-LM indexed dataset (:mod:`grainpack.corpus.megatron`). Each becomes a
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 from grainpack.checks import is_int
-from grainpack.corpus.errors import CorpusError, CorpusNotFoundError
+from grainpack.corpus.errors import CorpusError, CorpusNotFoundError, os_error
 from grainpack.corpus.flat import open_flat_layout
 from grainpack.corpus.megatron import open_megatron
 from grainpack.corpus.native import MANIFEST_NAME, PathLike, not_a_corpus, open_native, plain_int
@@ -50,11 +52,21 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
     eos_id = plain_int(eos_id)
     if eos_id is not None and (not is_int(eos_id) or eos_id < 0):
         raise ValueError(f"eos_id must be a non-negative int or None, got {eos_id=}")
-    p = Path(path)
+    try:
+        return _open(Path(path), eos_id)
+    except OSError as err:  # a symlink loop, permissions, ...: name the file and the fix
+        if isinstance(err, CorpusError):
+            raise
+        raise os_error(err, "opening") from err
+
+
+def _open(p: Path, eos_id: int | None) -> TokenShardSource:
+    with contextlib.suppress(FileNotFoundError):  # a Megatron PREFIX is no file itself
+        os.stat(p)
     if p.is_dir():
-        if (p / MANIFEST_NAME).is_file():
+        if os.path.lexists(p / MANIFEST_NAME):
             return open_native(p, eos_id)
-        if (p / "index.json").is_file():
+        if os.path.lexists(p / "index.json"):
             return open_flat_layout(p, eos_id=eos_id)
         raise CorpusError(not_a_corpus(p))
     prefix = p.with_suffix("") if p.suffix in (".bin", ".idx") else p
@@ -68,7 +80,9 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
 def fingerprint(path: PathLike, *, eos_id: int | None = None) -> str:
     """Content-derived hex digest of the corpus at ``path`` (see :func:`open_corpus`).
 
-    Native: sha256 of the canonical manifest JSON (which holds every file's sha256).
+    Native: sha256 of the canonical manifest JSON, which holds every file's sha256, or the
+    stream's ``content_sha256`` and then leaves out the shard list (so the same documents cut
+    into other shards keep the fingerprint).
     Flat-shard layout: sha256 over index.json, ``eos_id`` and the shard file sizes.
     Megatron: sha256 over the ``.idx`` bytes and the ``.bin`` size.
     """

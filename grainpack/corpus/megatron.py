@@ -8,13 +8,16 @@ pointers and int64 document indices from byte 34.
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import struct
 from pathlib import Path
 
 import numpy as np
 
-from grainpack.corpus.errors import CorpusError
+from grainpack.corpus.errors import CorpusError, os_error
 from grainpack.corpus.source import (
+    FileIdentity,
     LengthsFile,
     ShardRecord,
     TokenShardSource,
@@ -32,10 +35,17 @@ def open_megatron(prefix: Path, *, eos_id: int | None = None) -> TokenShardSourc
     Documents are its sequences; the sequences must lie back to back in ``.bin``.
     """
     idx, bin_ = Path(f"{prefix}.idx"), Path(f"{prefix}.bin")
-    for file in (idx, bin_):
-        if not file.is_file():
-            raise CorpusError(f"Megatron prefix {prefix}: {file.name} is missing")
-    raw = idx.read_bytes()
+    try:
+        with open(idx, "rb") as f:
+            idx_stat, raw = os.fstat(f.fileno()), f.read()
+        bin_stat = os.stat(bin_)
+    except (FileNotFoundError, IsADirectoryError) as err:
+        name = Path(err.filename).name
+        raise CorpusError(f"Megatron prefix {prefix}: {name} is missing (or not a file)") from err
+    except OSError as err:
+        raise os_error(err, "opening") from err
+    if not stat.S_ISREG(bin_stat.st_mode):
+        raise CorpusError(f"Megatron prefix {prefix}: {bin_.name} is missing (or not a file)")
     if len(raw) < _MEGATRON_HEADER:
         raise CorpusError(f"{idx}: {len(raw)} bytes, shorter than the 34-byte header (truncated)")
     if raw[:9] != _MEGATRON_MAGIC:
@@ -66,7 +76,7 @@ def open_megatron(prefix: Path, *, eos_id: int | None = None) -> TokenShardSourc
             f"running from 0 to {s})"
         )
     records = []
-    size = bin_.stat().st_size
+    size = bin_stat.st_size
     if s:
         expect = pointers[0] + np.concatenate([[0], np.cumsum(lengths[:-1] * dtype.itemsize)])
         bad = np.flatnonzero(pointers != expect)
@@ -84,7 +94,13 @@ def open_megatron(prefix: Path, *, eos_id: int | None = None) -> TokenShardSourc
                 " (truncated)"
             )
         records.append(
-            ShardRecord(str(bin_), total, LengthsFile(str(idx), s, _MEGATRON_HEADER), start)
+            ShardRecord(
+                str(bin_),
+                total,
+                LengthsFile(str(idx), s, _MEGATRON_HEADER, FileIdentity.of(idx_stat)),
+                start,
+                FileIdentity.of(bin_stat),
+            )
         )
     digest = hashlib.sha256(b"grainpack/megatron\n" + raw + f"\nbin_size={size}\n".encode())
     return TokenShardSource(records, dtype=dtype, fingerprint=digest.hexdigest(), eos_id=eos_id)

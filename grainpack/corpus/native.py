@@ -1,17 +1,25 @@
 """The native on-disk corpus format: the manifest, its schema and opening a native corpus.
 
-Invariant: a directory is a complete corpus iff ``manifest.json`` exists; it is written last.
+Invariant: a directory is a complete corpus iff ``manifest.json`` exists; the writer publishes
+the whole directory at once, manifest included (:mod:`grainpack.corpus.writer`).
 
 Native format (version 1), one directory::
 
     manifest.json        {"format": "grainpack", "version": 1, "dtype": "uint16"|"uint32",
                           "vocab_size": int|null, "eos_id": int|null, "num_documents": int,
                           "num_tokens": int, "shards": [{"tokens_file", "offsets_file",
-                          "num_tokens", "num_documents", "tokens_sha256", "offsets_sha256"}]}
+                          "num_tokens", "num_documents", "tokens_sha256", "offsets_sha256"}],
+                          optional (written since they exist): "max_token_id": int|null,
+                          "content_sha256": hex}
     tokens-00000.bin     raw little-endian token ids of shard 0, documents back to back
     offsets-00000.bin    raw little-endian int64, num_documents + 1 shard-local offsets:
                          first 0, last = the shard's num_tokens; document j of the shard is
                          tokens[offsets[j]:offsets[j + 1]]
+
+``content_sha256`` is the sha256 of the ASCII text ``"<tokens>:<offsets>"``, where ``<tokens>``
+is the hex sha256 of every token file concatenated in order and ``<offsets>`` that of the
+corpus-wide int64 document offsets (``num_documents + 1`` values, first 0): it does not depend
+on how the stream is cut into shards, so neither does the fingerprint of a corpus that has it.
 
 Read back with ``np.memmap(dir / "tokens-00000.bin", dtype="<u2", mode="r")``. Documents never
 span shards; empty documents are stored (a repeated offset) so document ids match the input.
@@ -19,6 +27,8 @@ span shards; empty documents are stored (a repeated offset) so document ids matc
 
 from __future__ import annotations
 
+import functools
+import glob
 import hashlib
 import json
 import os
@@ -29,16 +39,32 @@ from typing import Any
 import numpy as np
 
 from grainpack.checks import is_int
-from grainpack.corpus.errors import CorpusError
-from grainpack.corpus.source import OffsetsFile, ShardRecord, TokenShardSource
+from grainpack.corpus.errors import CorpusError, CorpusNotFoundError, os_error
+from grainpack.corpus.source import (
+    FileIdentity,
+    OffsetsFile,
+    ShardRecord,
+    TokenShardSource,
+)
 
-__all__ = ["MANIFEST_NAME", "open_native", "read_manifest"]
+__all__ = [
+    "MANIFEST_NAME",
+    "content_digest",
+    "is_plain_name",
+    "load_json",
+    "open_native",
+    "read_manifest",
+]
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "grainpack"
 FORMAT_VERSION = 1
 DTYPES = ("uint16", "uint32")
 SHARD_FILE = re.compile(r"(tokens|offsets)-\d{5,}\.bin")
+# Batches hold int32 ids: the largest id (and vocab_size - 1) a corpus may record.
+MAX_TOKEN_ID = 2**31 - 1
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_OPEN_ATTEMPTS = 5
 
 PathLike = str | os.PathLike[str]
 
@@ -48,15 +74,66 @@ def plain_int(value: Any) -> Any:
     return int(value) if isinstance(value, np.integer) else value
 
 
-def read_manifest(path: PathLike) -> dict[str, Any]:
-    """Loads and schema-checks ``path/manifest.json``; raises :class:`CorpusError` if invalid."""
+def load_json(
+    file: Path, fix: str, *, dir_fd: int | None = None, **options: Any
+) -> tuple[Any, bytes]:
+    """Reads and parses ``file`` (its name relative to ``dir_fd`` if given) as JSON
+    (``options`` go to ``json.loads``): the value and the raw bytes. Anything unreadable or
+    unparseable is a :class:`CorpusError` naming the file, what is wrong with it and ``fix``."""
+    try:
+        with open(file if dir_fd is None else file.name, "rb", opener=_opener(dir_fd)) as f:
+            raw = f.read()
+    except OSError as err:
+        err.filename = str(file)
+        raise os_error(err, "reading") from err
+    try:
+        return json.loads(raw, **options), raw
+    except UnicodeDecodeError as err:
+        problem = f"not UTF-8 text ({err.reason} at byte {err.start}): a binary file?"
+    except json.JSONDecodeError as err:
+        problem = f"not valid JSON ({err})"
+    except RecursionError:
+        problem = "JSON nested too deeply to be a corpus index"
+    raise CorpusError(f"{file}: {problem}; {fix}")
+
+
+def _opener(dir_fd: int | None) -> Any:
+    return None if dir_fd is None else functools.partial(os.open, dir_fd=dir_fd)
+
+
+def content_digest(tokens_sha256: str, offsets_sha256: str) -> str:
+    """The manifest's ``content_sha256`` from the stream's token and offsets digests.
+
+    Example:
+        >>> empty = hashlib.sha256(b"").hexdigest()  # no tokens
+        >>> offsets = hashlib.sha256(bytes(8)).hexdigest()  # one offset: 0
+        >>> text = f"{empty}:{offsets}".encode()
+        >>> content_digest(empty, offsets) == hashlib.sha256(text).hexdigest()
+        True
+    """
+    return hashlib.sha256(f"{tokens_sha256}:{offsets_sha256}".encode()).hexdigest()
+
+
+def is_plain_name(name: Any) -> bool:
+    """A file name inside the corpus directory: no path, no parent, no hidden or odd name."""
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and Path(name).name == name
+        and name[0] != "."
+        and "\x00" not in name
+        and "\\" not in name
+    )
+
+
+def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any]:
+    """Loads and schema-checks ``path/manifest.json`` (read through ``dir_fd``, the open
+    directory, if given); raises :class:`CorpusError` if invalid."""
     file = Path(path) / MANIFEST_NAME
     try:
-        m = json.loads(file.read_bytes())
-    except FileNotFoundError as err:
-        raise CorpusError(not_a_corpus(Path(path))) from err
-    except json.JSONDecodeError as err:
-        raise CorpusError(f"{file}: not valid JSON ({err}); rebuild the corpus") from err
+        m, _ = load_json(file, "rebuild the corpus", dir_fd=dir_fd)
+    except CorpusNotFoundError:
+        raise CorpusError(not_a_corpus(Path(path))) from None
     problems = []
     if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
         raise CorpusError(f"{file}: expected a JSON object with format='grainpack'")
@@ -69,39 +146,85 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
             problems.append(
                 f"{key}={m.get(key, '<missing>')!r} (expected a non-negative int or null)"
             )
+    vocab = m.get("vocab_size") if is_int(m.get("vocab_size")) else None
+    ids = int(np.iinfo(m["dtype"]).max) + 1 if m.get("dtype") in DTYPES else None
+    for key in ("eos_id", "max_token_id"):
+        value = m.get(key)
+        if key == "max_token_id" and not (value is None or (is_int(value) and value >= 0)):
+            problems.append(f"max_token_id={value!r} (expected a non-negative int or null)")
+        elif vocab is not None and is_int(value) and value >= vocab:
+            problems.append(f"{key}={value} (expected < vocab_size={vocab})")
+        elif ids is not None and is_int(value) and value >= ids:
+            problems.append(f"{key}={value} (expected < {ids} for {m['dtype']})")
+    if "content_sha256" in m and not (
+        isinstance(m["content_sha256"], str) and _HEX64.fullmatch(m["content_sha256"])
+    ):
+        problems.append(f"content_sha256={m['content_sha256']!r} (expected 64 hex digits)")
     shards = m.get("shards")
     if not isinstance(shards, list):
         problems.append(f"shards={shards!r} (expected a list)")
         shards = []
     totals = {"num_tokens": 0, "num_documents": 0}
+    seen: dict[str, str] = {}
     for i, s in enumerate(shards):
         if not isinstance(s, dict):
             problems.append(f"shards[{i}] is {type(s).__name__} (expected an object)")
             continue
         for key in ("tokens_file", "offsets_file"):
             name = s.get(key)
-            if not isinstance(name, str) or not name or Path(name).name != name or name[0] == ".":
+            if not is_plain_name(name) or name == MANIFEST_NAME:
                 problems.append(f"shards[{i}].{key}={name!r} (expected a plain file name)")
+            elif name in seen:
+                problems.append(
+                    f"shards[{i}].{key}={name!r} is also {seen[name]} (each file is listed once)"
+                )
+            else:
+                seen[name] = f"shards[{i}].{key}"
         for key in totals:
             if is_int(s.get(key)) and s[key] >= 0:
                 totals[key] += s[key]
             else:
                 problems.append(f"shards[{i}].{key}={s.get(key)!r} (expected an int >= 0)")
         for key in ("tokens_sha256", "offsets_sha256"):
-            if not (isinstance(s.get(key), str) and re.fullmatch(r"[0-9a-f]{64}", s[key])):
+            if not (isinstance(s.get(key), str) and _HEX64.fullmatch(s[key])):
                 problems.append(f"shards[{i}].{key}={s.get(key)!r} (expected 64 hex digits)")
     for key, total in totals.items():
         if m.get(key) != total:
             problems.append(f"{key}={m.get(key)!r} (the shards sum to {total})")
     if problems:
-        raise CorpusError(f"{file}: invalid manifest: " + "; ".join(problems))
+        raise CorpusError(f"{file}: invalid manifest: " + "; ".join(problems) + "; rebuild it")
     return m
 
 
+def fingerprint_of(manifest: dict[str, Any]) -> str:
+    """The fingerprint of a native corpus: the sha256 of its canonical manifest, without the
+    shard list when the manifest records ``content_sha256`` (then how the stream is cut into
+    shards does not matter)."""
+    described = manifest
+    if "content_sha256" in manifest:
+        described = {k: v for k, v in manifest.items() if k != "shards"}
+    canonical = json.dumps(described, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(canonical).hexdigest()
+
+
 def not_a_corpus(path: Path) -> str:
+    """Why ``path`` is not a corpus, with what a killed writer may have left there."""
     hint = ""
-    if path.is_dir() and any(SHARD_FILE.fullmatch(p.name) for p in path.iterdir()):
-        hint = " It holds shard files but no manifest: the write was interrupted; rewrite it."
+    try:
+        if path.is_dir() and any(SHARD_FILE.fullmatch(p.name) for p in path.iterdir()):
+            hint = (
+                " It holds shard files but no manifest: the write was interrupted (by an "
+                "older grainpack); rewrite it."
+            )
+        elif not path.exists():
+            aside = sorted(path.parent.glob(f".{glob.escape(path.name)}.old-*"))
+            if aside:
+                hint = (
+                    f" An interrupted overwrite left the previous corpus at {aside[-1]}: the "
+                    "next write to this path restores it first, or rename it back yourself."
+                )
+    except OSError:  # an unreadable directory: the message stays without a hint
+        pass
     return (
         f"{path} is not a corpus: expected a directory with {MANIFEST_NAME} (grainpack) or "
         "index.json (flat-shard layout), or a Megatron prefix with PREFIX.bin and "
@@ -109,13 +232,19 @@ def not_a_corpus(path: Path) -> str:
     )
 
 
-def _check_size(file: Path, expected: int, what: str, tokens: int | None = None) -> None:
+def _check_size(
+    file: Path, dir_fd: int, expected: int, what: str, tokens: int | None = None
+) -> os.stat_result:
     try:
-        size = file.stat().st_size
+        stat = os.stat(file.name, dir_fd=dir_fd)
     except FileNotFoundError as err:
         raise CorpusError(f"{file}: missing ({what}); the corpus is incomplete") from err
+    except OSError as err:
+        err.filename = str(file)
+        raise os_error(err, "opening") from err
+    size = stat.st_size
     if size == expected:
-        return
+        return stat
     held = [d for d in DTYPES if tokens and size == tokens * np.dtype(d).itemsize]
     if held:
         raise CorpusError(
@@ -129,28 +258,65 @@ def _check_size(file: Path, expected: int, what: str, tokens: int | None = None)
 
 
 def open_native(path: Path, eos_id: int | None) -> TokenShardSource:
-    m = read_manifest(path)
+    """Opens the native corpus at ``path`` as one snapshot: the manifest and every file are
+    found through one open handle of the directory, and if ``path`` was replaced meanwhile (a
+    writer published), the open starts again on the new directory."""
+    for _ in range(_OPEN_ATTEMPTS):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as err:
+            raise os_error(err, "opening") from err
+        try:
+            try:
+                source, error = _open_native_at(path, fd, eos_id), None
+            except CorpusError as err:
+                source, error = None, err
+            try:
+                now, opened = os.stat(path), os.fstat(fd)
+                replaced = (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino)
+            except FileNotFoundError:
+                replaced = True
+        finally:
+            os.close(fd)
+        if not replaced:
+            if error is not None:
+                raise error
+            return source  # type: ignore[return-value]
+    raise CorpusError(
+        f"{path} was replaced {_OPEN_ATTEMPTS} times while being opened (writers publishing "
+        "over and over?); open it again once they are done"
+    )
+
+
+def _open_native_at(path: Path, dir_fd: int, eos_id: int | None) -> TokenShardSource:
+    m = read_manifest(path, dir_fd=dir_fd)
     itemsize = np.dtype(m["dtype"]).itemsize
     records = []
     for s in m["shards"]:
         tokens, offsets = path / s["tokens_file"], path / s["offsets_file"]
-        _check_size(
+        tokens_stat = _check_size(
             tokens,
+            dir_fd,
             s["num_tokens"] * itemsize,
             f"{s['num_tokens']} {m['dtype']} tokens",
             tokens=s["num_tokens"],
         )
-        _check_size(offsets, (s["num_documents"] + 1) * 8, f"{s['num_documents'] + 1} offsets")
+        offsets_stat = _check_size(
+            offsets, dir_fd, (s["num_documents"] + 1) * 8, f"{s['num_documents'] + 1} offsets"
+        )
+        index = OffsetsFile(
+            str(offsets), s["num_documents"], identity=FileIdentity.of(offsets_stat)
+        )
         records.append(
-            ShardRecord(str(tokens), s["num_tokens"], OffsetsFile(str(offsets), s["num_documents"]))
+            ShardRecord(str(tokens), s["num_tokens"], index, identity=FileIdentity.of(tokens_stat))
         )
     if eos_id is not None and m["eos_id"] is not None and eos_id != m["eos_id"]:
         raise ValueError(f"{path} records eos_id={m['eos_id']}, got {eos_id=}; omit eos_id")
-    canonical = json.dumps(m, sort_keys=True, separators=(",", ":")).encode()
     return TokenShardSource(
         records,
         dtype=m["dtype"],
-        fingerprint=hashlib.sha256(canonical).hexdigest(),
+        fingerprint=fingerprint_of(m),
         vocab_size=m["vocab_size"],
         eos_id=m["eos_id"] if eos_id is None else eos_id,
+        max_token_id=m.get("max_token_id"),
     )

@@ -2,27 +2,38 @@
 
 Invariant: the token stream is the shards concatenated in order; document ``i`` is
 ``stream[offsets[i]:offsets[i + 1]]`` and lies inside one shard.
+
+Files that change under a reader are detected: each file's :class:`FileIdentity` (device,
+inode, size, modification time) is recorded when the corpus is opened and compared with the
+file on disk before every read of it (one ``stat``), so a shard that was truncated, rewritten
+or replaced raises a :class:`CorpusError` naming it instead of a ``SIGBUS`` or a silent mix of
+old and new tokens.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
+import faulthandler
 import functools
+import mmap
 import operator
+import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
-from grainpack.corpus.errors import CorpusError
+from grainpack.corpus.errors import CorpusError, os_error
 
 # Scans (eos splitting) touch at most this many tokens at once: 16M tokens = 32-64 MB.
 SCAN_CHUNK_TOKENS = 1 << 24
 
 _TRANSIENT = (
     "_maps",
+    "_mapped",
     "_buffers",
     "_offsets",
     "_lengths",
@@ -34,15 +45,82 @@ _TRANSIENT = (
 
 
 @dataclasses.dataclass(frozen=True)
+class FileIdentity:
+    """What a file was when a corpus was opened; a file that no longer matches changed.
+
+    A rewrite in place changes the size or the modification time, a replacement (a rename
+    over it, an ``overwrite=True`` write) the inode. Undetectable: a rewrite that keeps the
+    size and restores the modification time, or one that lands within the file system's
+    timestamp granularity (a few milliseconds) of the recorded one.
+
+    Example:
+        >>> import tempfile
+        >>> path = tempfile.mkdtemp() + "/f"
+        >>> _ = open(path, "wb").write(b"1234")
+        >>> identity = FileIdentity.of(os.stat(path))
+        >>> _ = open(path, "r+b").truncate(2)
+        >>> identity.check(path)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        grainpack.corpus.errors.CorpusError: ... changed since the corpus was opened (size 4 -> 2 bytes)...
+    """  # noqa: E501
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, stat: os.stat_result) -> FileIdentity:
+        return cls(stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    def check(self, path: str, stat: os.stat_result | None = None) -> None:
+        """Raises :class:`CorpusError` unless ``path`` (or its ``stat``) is still this file."""
+        if stat is None:
+            try:
+                stat = os.stat(path)
+            except FileNotFoundError:
+                stat = None
+            except OSError as err:
+                raise os_error(err, "reading") from err
+        if (
+            stat is not None
+            and stat.st_mtime_ns == self.mtime_ns
+            and stat.st_size == self.size
+            and stat.st_ino == self.inode
+            and stat.st_dev == self.device
+        ):
+            return
+        now = None if stat is None else FileIdentity.of(stat)
+        if now is None:
+            what = "deleted"
+        elif (now.device, now.inode) != (self.device, self.inode):
+            what = "replaced by another file"
+        elif now.size != self.size:
+            what = f"size {self.size} -> {now.size} bytes"
+        else:
+            what = "modified in place: same size, new modification time"
+        raise CorpusError(
+            f"{path}: changed since the corpus was opened ({what}); it was rewritten while "
+            "being read. Reopen the corpus (a training job: restart it from its checkpoint, "
+            "whose fingerprint and digest tell whether the data changed); to update a corpus "
+            "that jobs read, write a new directory or use overwrite=True, never edit files"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class OffsetsFile:
     """Native offsets: ``num_documents + 1`` little-endian int64 at ``path[byte_offset:]``."""
 
     path: str
     num_documents: int
     byte_offset: int = 0
+    identity: FileIdentity | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def local_offsets(self, shard: ShardRecord, tokens: Callable[[], np.ndarray]) -> np.ndarray:
-        offsets = _read_exact(self.path, "<i8", self.num_documents + 1, self.byte_offset)
+        offsets = _read_exact(
+            self.path, "<i8", self.num_documents + 1, self.byte_offset, self.identity
+        )
         check_offsets(offsets, shard.num_tokens, self.path)
         return offsets
 
@@ -55,9 +133,10 @@ class LengthsFile:
     path: str
     num_documents: int
     byte_offset: int = 0
+    identity: FileIdentity | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def local_offsets(self, shard: ShardRecord, tokens: Callable[[], np.ndarray]) -> np.ndarray:
-        lengths = _read_exact(self.path, "<i4", self.num_documents, self.byte_offset)
+        lengths = _read_exact(self.path, "<i4", self.num_documents, self.byte_offset, self.identity)
         offsets = np.zeros(lengths.size + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
         check_offsets(offsets, shard.num_tokens, self.path)
@@ -117,12 +196,15 @@ class ShardRecord:
         num_tokens: Number of tokens in the shard.
         documents: The shard's :class:`DocumentIndex`.
         byte_offset: Byte position of the shard's first token in ``tokens_path``.
+        identity: ``tokens_path`` when the corpus was opened (reads check it); ``None``: the
+            file as it is when first mapped.
     """
 
     tokens_path: str
     num_tokens: int
     documents: DocumentIndex = WholeShard()
     byte_offset: int = 0
+    identity: FileIdentity | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.num_tokens < 0 or self.byte_offset < 0:
@@ -133,14 +215,33 @@ class ShardRecord:
         return self.documents.num_documents
 
 
-def _read_exact(path: str, dtype: str, count: int, offset: int) -> np.ndarray:
-    values = np.fromfile(path, dtype=dtype, count=count, offset=offset)
+def _read_exact(
+    path: str, dtype: str, count: int, offset: int, identity: FileIdentity | None
+) -> np.ndarray:
+    size = count * np.dtype(dtype).itemsize
+    try:
+        with open(path, "rb") as f:
+            if identity is not None:
+                identity.check(path, os.fstat(f.fileno()))
+            f.seek(offset)
+            values = np.frombuffer(f.read(size), dtype=dtype)
+    except OSError as err:
+        raise os_error(err, "reading") from err
     if values.size != count:
         raise CorpusError(
             f"{path}: expected {count} values of {dtype} at byte {offset}, found {values.size} "
             "(file truncated); rebuild the corpus"
         )
     return values.astype(np.int64)
+
+
+def _faulthandler_on() -> None:
+    """Enables :mod:`faulthandler` before a shard is mapped: a file truncated between a read's
+    check and its copy raises ``SIGBUS``, and a Python traceback then shows where, instead of
+    a silent exit 135."""
+    if not faulthandler.is_enabled():
+        with contextlib.suppress(RuntimeError, ValueError, OSError):  # no usable sys.stderr
+            faulthandler.enable()
 
 
 def check_offsets(offsets: np.ndarray, num_tokens: int, where: str) -> None:
@@ -186,6 +287,7 @@ class TokenShardSource:
         fingerprint: Stable content-derived hex digest of the corpus.
         vocab_size: Vocabulary size if known.
         eos_id: End-of-document token id if known (required by ``"eos"`` shards).
+        max_token_id: Largest token id if recorded (native corpora written since it is).
 
     Example:
         >>> import tempfile
@@ -203,6 +305,7 @@ class TokenShardSource:
         fingerprint: str,
         vocab_size: int | None = None,
         eos_id: int | None = None,
+        max_token_id: int | None = None,
     ) -> None:
         if not all(isinstance(s, ShardRecord) for s in shards):
             raise TypeError(f"shards must be ShardRecord objects, got {list(map(type, shards))}")
@@ -215,11 +318,14 @@ class TokenShardSource:
         self._fingerprint = str(fingerprint)
         self._vocab_size = vocab_size
         self._eos_id = eos_id
+        self._max_token_id = max_token_id
         self._reset()
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._maps: list[np.ndarray | None] = [None] * len(self._shards)
+        # identity of each mapped file: recorded at open, else taken when it is first mapped
+        self._mapped: list[FileIdentity | None] = [s.identity for s in self._shards]
         self._buffers: list[memoryview | None] = [None] * len(self._shards)
         self._offsets: np.ndarray | None = None
         self._lengths: np.ndarray | None = None
@@ -267,6 +373,29 @@ class TokenShardSource:
     @property
     def eos_id(self) -> int | None:
         return self._eos_id
+
+    @property
+    def max_token_id(self) -> int | None:
+        """Largest token id if the corpus records it, else ``None`` (unknown, or no tokens)."""
+        return self._max_token_id
+
+    @property
+    def id_bound(self) -> int:
+        """Largest token id the source can hold, from what is known without reading tokens:
+        the dtype, ``vocab_size`` and the recorded ``max_token_id``.
+
+        Example:
+            >>> import tempfile
+            >>> from grainpack.corpus.writer import write_corpus
+            >>> write_corpus(tempfile.mkdtemp(), [[7, 3]], dtype="uint32").id_bound
+            7
+        """
+        bound = int(np.iinfo(self._dtype).max)
+        if self._vocab_size is not None:
+            bound = min(bound, self._vocab_size - 1)
+        if self._max_token_id is not None:
+            bound = min(bound, self._max_token_id)
+        return bound
 
     @property
     def fingerprint(self) -> str:
@@ -327,27 +456,39 @@ class TokenShardSource:
     # -- reads ----------------------------------------------------------------------------------
 
     def _shard(self, k: int) -> np.ndarray:
-        tokens = self._maps[k]
-        if tokens is None:
-            record = self._shards[k]
-            if record.num_tokens == 0:  # mmap cannot map zero bytes
-                tokens = np.empty(0, self._file_dtype)
-            else:
-                try:
-                    mapped = np.memmap(
-                        record.tokens_path,
-                        dtype=self._file_dtype,
-                        mode="r",
-                        offset=record.byte_offset,
-                        shape=(record.num_tokens,),
-                    )
-                except (OSError, ValueError) as err:
+        """Shard ``k``'s tokens, mapped on first use; the file is checked against its
+        identity on every call, so a changed file raises before its pages are touched."""
+        record = self._shards[k]
+        if record.num_tokens == 0:  # mmap cannot map zero bytes
+            return np.empty(0, self._file_dtype)
+        tokens, identity = self._maps[k], self._mapped[k]
+        if tokens is not None:
+            identity.check(record.tokens_path)  # type: ignore[union-attr]
+            return tokens
+        _faulthandler_on()
+        if identity is not None:
+            identity.check(record.tokens_path)  # names a deleted or replaced file as such
+        try:
+            with open(record.tokens_path, "rb") as f:
+                stat = os.fstat(f.fileno())
+                if identity is not None:
+                    identity.check(record.tokens_path, stat)
+                end = record.byte_offset + record.num_tokens * self._file_dtype.itemsize
+                if stat.st_size < end:
                     raise CorpusError(
-                        f"{record.tokens_path}: cannot map {record.num_tokens} tokens at byte "
-                        f"{record.byte_offset}: {err}; verify or rebuild the corpus"
-                    ) from err
-                tokens = np.asarray(mapped)  # plain ndarray view: cheaper slicing than np.memmap
-            self._maps[k] = tokens  # a racing thread maps the same bytes: harmless
+                        f"{record.tokens_path}: has {stat.st_size} bytes, the corpus needs "
+                        f"{end} ({record.num_tokens} tokens at byte {record.byte_offset}); the "
+                        "file is truncated: verify or rebuild the corpus"
+                    )
+                start = record.byte_offset - record.byte_offset % mmap.ALLOCATIONGRANULARITY
+                mapped = mmap.mmap(f.fileno(), end - start, access=mmap.ACCESS_READ, offset=start)
+        except OSError as err:
+            raise os_error(err, "mapping") from err
+        tokens = np.frombuffer(
+            mapped, self._file_dtype, record.num_tokens, record.byte_offset - start
+        )
+        self._mapped[k] = identity or FileIdentity.of(stat)
+        self._maps[k] = tokens  # a racing thread maps the same bytes: harmless
         return tokens
 
     def read_into(self, out: np.ndarray, start: int) -> None:
@@ -385,6 +526,16 @@ class TokenShardSource:
                 pos += take
             k += 1
 
+    def check_files(self, shards: Iterable[int]) -> None:
+        """Raises :class:`CorpusError` if the token file of one of ``shards`` changed since
+        the corpus was opened (or since it was mapped, without a recorded identity); one
+        ``stat`` each. Reads check by themselves; this is for holders of :meth:`shard_view`
+        buffers, which are read later."""
+        for k in shards:
+            identity = self._mapped[k]
+            if identity is not None:
+                identity.check(self._shards[k].tokens_path)
+
     def shard_view(self, shard: int) -> memoryview:
         """Shard ``shard``'s tokens as a zero-copy buffer of the mapped file (cached).
 
@@ -399,9 +550,10 @@ class TokenShardSource:
             >>> np.frombuffer(b"".join([view[1:], src.shard_view(0)[1:2]]), src.dtype).tolist()
             [5, 2]
         """
+        tokens = self._shard(shard)  # checks the file every call: once per Grain element
         view = self._buffers[shard]
         if view is None:
-            view = memoryview(self._shard(shard))
+            view = memoryview(tokens)
             self._buffers[shard] = view
         return view
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tqdm
 
-from grainpack.corpus.errors import CorpusError
+from grainpack.corpus.errors import CorpusError, os_error
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.native import MANIFEST_NAME, read_manifest
+from grainpack.corpus.native import MANIFEST_NAME, content_digest, read_manifest
 from grainpack.corpus.source import TokenShardSource, check_offsets
 
 __all__ = ["CorpusError", "VerifyReport", "describe_corpus", "verify_corpus"]
@@ -53,6 +54,20 @@ class VerifyReport:
     checks: tuple[str, ...]
 
 
+def _check_eos(source: TokenShardSource, where: str) -> None:
+    """The recorded (or given) ``eos_id`` must be an id the corpus can hold."""
+    bound = int(np.iinfo(source.dtype).max) + 1
+    if source.vocab_size is not None:
+        bound = min(bound, source.vocab_size)
+    if not 0 <= source.eos_id < bound:  # type: ignore[operator]
+        raise CorpusError(
+            f"{where}: eos_id={source.eos_id} is not a token id of this corpus (must be < "
+            f"{bound}: dtype {source.dtype.name}"
+            f"{f', vocab_size={source.vocab_size}' if source.vocab_size is not None else ''}); "
+            "record the tokenizer's end-of-text id"
+        )
+
+
 def _kind(path: Path) -> str:
     if path.is_dir():
         return "grainpack" if (path / MANIFEST_NAME).is_file() else "flat-shard"
@@ -77,36 +92,61 @@ def _scan_ids(
     return low, high
 
 
-def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> int | None:
-    """Checksums, offsets and ids of every shard file; returns the max token id."""
+def _mismatch(file: Path, what: str) -> CorpusError:
+    return CorpusError(
+        f"{file}: {what} mismatch with {MANIFEST_NAME}: the file changed after writing "
+        "(corrupt); rebuild the corpus"
+    )
+
+
+def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> tuple[int | None, list]:
+    """Checksums, offsets and ids of every shard file, and the manifest's ``content_sha256``
+    and ``max_token_id`` when it records them; returns the max token id and the checks."""
     m = read_manifest(path)
     dtype = np.dtype(m["dtype"]).newbyteorder("<")
     high: int | None = None
     position = 0
+    stream, offsets_hash = hashlib.sha256(), hashlib.sha256(struct.pack("<q", 0))
     for s in m["shards"]:
         tokens_file, offsets_file = path / s["tokens_file"], path / s["offsets_file"]
-        raw = offsets_file.read_bytes()
+        try:
+            raw = offsets_file.read_bytes()
+        except OSError as err:
+            raise os_error(err, "verifying") from err
         if hashlib.sha256(raw).hexdigest() != s["offsets_sha256"]:
-            raise CorpusError(
-                f"{offsets_file}: sha256 mismatch with {MANIFEST_NAME}: the file "
-                "changed after writing (corrupt); rebuild the corpus"
-            )
-        check_offsets(np.frombuffer(raw, "<i8"), s["num_tokens"], str(offsets_file))
+            raise _mismatch(offsets_file, "sha256")
+        local = np.frombuffer(raw, "<i8")
+        check_offsets(local, s["num_tokens"], str(offsets_file))
+        offsets_hash.update((local[1:] + position).astype("<i8").tobytes())
         digest = hashlib.sha256()
-        with open(tokens_file, "rb") as f:
-            while chunk := f.read(chunk_tokens * dtype.itemsize):
-                digest.update(chunk)
-                tokens = np.frombuffer(chunk, dtype)
-                _, h = _scan_ids(tokens, position, m["vocab_size"], str(tokens_file))
-                high = h if high is None else max(high, h)
-                position += tokens.size
-                bar.update(tokens.size)
+        try:
+            with open(tokens_file, "rb") as f:
+                while chunk := f.read(chunk_tokens * dtype.itemsize):
+                    digest.update(chunk)
+                    stream.update(chunk)
+                    tokens = np.frombuffer(chunk, dtype)
+                    _, h = _scan_ids(tokens, position, m["vocab_size"], str(tokens_file))
+                    high = h if high is None else max(high, h)
+                    position += tokens.size
+                    bar.update(tokens.size)
+        except OSError as err:
+            raise os_error(err, "verifying") from err
         if digest.hexdigest() != s["tokens_sha256"]:
+            raise _mismatch(tokens_file, "sha256")
+    checks = ["sha256 checksums", "shard offsets"]
+    content = content_digest(stream.hexdigest(), offsets_hash.hexdigest())
+    if "content_sha256" in m:
+        if content != m["content_sha256"]:
+            raise _mismatch(path / MANIFEST_NAME, "content_sha256 (of the whole stream)")
+        checks.append("content_sha256")
+    if "max_token_id" in m:
+        if m["max_token_id"] != high:
             raise CorpusError(
-                f"{tokens_file}: sha256 mismatch with {MANIFEST_NAME}: the file "
-                "changed after writing (corrupt); rebuild the corpus"
+                f"{path / MANIFEST_NAME}: max_token_id={m['max_token_id']} but the largest "
+                f"token id is {high}; rebuild the corpus"
             )
-    return high
+        checks.append(f"max_token_id={high}")
+    return high, checks
 
 
 def _scan_source(
@@ -136,9 +176,12 @@ def verify_corpus(
 ) -> VerifyReport:
     """Checks a corpus end to end and reports what it holds.
 
-    Native corpora: manifest schema, file sizes against the counts (truncation), sha256 of every
-    file (flipped bytes), offsets (start 0, never decreasing, end = shard tokens), ids < vocab
-    size when recorded. Seed layout and Megatron: index structure and sizes, offsets, ids >= 0.
+    Native corpora: manifest schema (each file listed once), file sizes against the counts
+    (truncation), sha256 of every file (flipped bytes) and of the whole stream
+    (``content_sha256``), offsets (start 0, never decreasing, end = shard tokens), ids < vocab
+    size when recorded, the recorded ``max_token_id``. Seed layout and Megatron: index
+    structure and sizes, offsets, ids >= 0. Every format: ``eos_id`` (recorded or given) is an
+    id the corpus can hold.
     Token files are scanned ``chunk_tokens`` at a time, so memory stays bounded.
 
     Args:
@@ -169,14 +212,17 @@ def verify_corpus(
         total=source.num_tokens, unit="tok", unit_scale=True, disable=not progress
     ) as bar:
         if kind == "grainpack":
-            high = _verify_native_files(p, bar, chunk_tokens)
-            checks += ["sha256 checksums", "shard offsets"]
+            high, native_checks = _verify_native_files(p, bar, chunk_tokens)
+            checks += native_checks
         else:
             high = _scan_source(source, bar, chunk_tokens, str(path))
     check_offsets(source.offsets, source.num_tokens, str(path))
-    checks += ["document offsets", "token ids >= 0"]
+    checks += ["each file listed once", "document offsets", "token ids >= 0"]
     if source.vocab_size is not None:
         checks.append(f"token ids < vocab_size={source.vocab_size}")
+    if source.eos_id is not None:
+        _check_eos(source, str(path))
+        checks.append(f"eos_id={source.eos_id} is a token id")
     return VerifyReport(
         path=str(path),
         kind=kind,

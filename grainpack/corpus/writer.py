@@ -1,16 +1,40 @@
 """``CorpusWriter``/``write_corpus``: the native format's writer (see :mod:`grainpack.corpus`).
 
-Shards are written under their final names and the manifest last, atomically (temp name,
-fsync, rename, directory fsync): a directory whose writing was interrupted never opens as a
-complete corpus, and rerunning the build replaces its leftovers.
+A write is a transaction. For a target ``DIR/NAME`` (symbolic links resolved):
+
+1. ``DIR/.NAME.lock`` is locked (``flock``, exclusive, held until the write ends); a second
+   writer of the same path is refused with :class:`CorpusExistsError`. Leftovers of killed
+   writers are then cleaned: ``DIR/.NAME.tmp-*`` folders are deleted (their writers are dead:
+   they would hold the lock), an interrupted two-rename overwrite is rolled back.
+2. Shards and the manifest are written into a private folder ``DIR/.NAME.tmp-<pid>-<random>``
+   and fsync'd; nothing at ``DIR/NAME`` changes meanwhile, so the corpus being replaced can be
+   read while its replacement is written (filtering a corpus in place works).
+3. ``close()`` publishes the folder with one atomic rename that never replaces a corpus
+   unless ``overwrite=True``: onto a free path (``renameat2(RENAME_NOREPLACE)``), else by
+   exchanging it with what is there (``renameat2(RENAME_EXCHANGE)``: an empty folder, the
+   leftovers of an older writer, or the old corpus), whose files are then deleted. Where the
+   file system cannot exchange, the old folder is renamed aside first: a crash between the
+   two renames leaves nothing at ``DIR/NAME`` until the next write restores the old corpus.
+
+So ``DIR/NAME`` holds the old complete corpus or the new one at every instant, never a mix and
+(on Linux file systems that exchange: ext4, xfs, btrfs, tmpfs, ...) never nothing; a failed or
+killed write changes nothing there. Readers of the old corpus detect its replacement at their
+next read (:class:`~grainpack.corpus.source.FileIdentity`) instead of mixing old and new files.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import fcntl
+import glob
 import hashlib
 import json
 import os
+import secrets
+import shutil
 import struct
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -19,20 +43,39 @@ from typing import Any
 import numpy as np
 
 from grainpack.checks import is_int
-from grainpack.corpus.errors import CorpusExistsError
+from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import (
     DTYPES,
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST_NAME,
+    MAX_TOKEN_ID,
     SHARD_FILE,
     PathLike,
+    content_digest,
     plain_int,
 )
 from grainpack.corpus.source import TokenShardSource
 
 __all__ = ["CorpusWriter", "write_corpus"]
+
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
+_AT_FDCWD = -100
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """``renameat2(src, dst, flags)``; ``False`` if the system or file system lacks it."""
+    try:
+        call = ctypes.CDLL(None, use_errno=True).renameat2
+    except AttributeError:  # not glibc >= 2.28 / not Linux
+        return False
+    if call(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(src), None, str(dst))
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -52,9 +95,14 @@ def _check_options(
         name = None
     if name not in DTYPES:
         raise ValueError(f"dtype must be 'uint16' or 'uint32', got {dtype=}")
-    limit = int(np.iinfo(name).max) + 1
+    limit = min(int(np.iinfo(name).max), MAX_TOKEN_ID) + 1
     if vocab_size is not None and (not is_int(vocab_size) or not 0 < vocab_size <= limit):
-        fix = "; use dtype='uint32'" if name == "uint16" and is_int(vocab_size) else ""
+        if name == "uint16" and is_int(vocab_size) and vocab_size > limit:
+            fix = "; use dtype='uint32'"
+        elif name == "uint32" and is_int(vocab_size) and vocab_size > limit:
+            fix = " (batches hold int32 ids, so ids must be < 2**31)"
+        else:
+            fix = ""
         raise ValueError(
             f"vocab_size must be an int in [1, {limit}] for {name}, got {vocab_size=}{fix}"
         )
@@ -66,8 +114,9 @@ def _check_options(
     return np.dtype(name).newbyteorder("<")
 
 
-def _check_document(tokens: Any, index: int, dtype: np.dtype, vocab_size: int | None) -> np.ndarray:
-    """Returns ``tokens`` as a contiguous little-endian array of ``dtype``, or raises."""
+def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) -> np.ndarray:
+    """``tokens`` as a 1-D integer array whose ids are all in ``[0, dmax]`` and below
+    ``vocab_size``, or raises naming the document, the id and the fix."""
     try:
         arr = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
     except (ValueError, OverflowError) as err:
@@ -78,63 +127,109 @@ def _check_document(tokens: Any, index: int, dtype: np.dtype, vocab_size: int | 
             f"{arr.shape}; add one document per add() call"
         )
     if arr.size == 0:
-        return np.empty(0, dtype)
+        return arr
     if arr.dtype.kind not in "iu":
         raise TypeError(
             f"document {index}: expected integer token ids, found dtype "
             f"{arr.dtype}; convert the ids to integers first"
         )
-    dmax = int(np.iinfo(dtype).max)
-    needs_max = vocab_size is not None or np.iinfo(arr.dtype).max > dmax
     if arr.dtype.kind == "i" and int(arr.min()) < 0:
         pos = int(np.argmax(arr < 0))
         raise ValueError(
             f"document {index}: token id {arr[pos]} at position {pos} is negative; "
             "token ids must be >= 0 (check the tokenizer output)"
         )
-    if needs_max:
-        high = int(arr.max())
-        if high > dmax:
-            pos = int(np.argmax(arr > dmax))
-            fix = "use dtype='uint32'" if dtype.itemsize == 2 else "ids must be < 2**32"
-            raise ValueError(
-                f"document {index}: token id {arr[pos]} at position {pos} does not fit "
-                f"dtype='{dtype.name}' (max {dmax}); {fix}"
-            )
-        if vocab_size is not None and high >= vocab_size:
-            pos = int(np.argmax(arr >= vocab_size))
-            raise ValueError(
-                f"document {index}: token id {arr[pos]} at position {pos} is >= "
-                f"{vocab_size=}; fix the ids or pass the right vocab_size"
-            )
-    return np.ascontiguousarray(arr, dtype=dtype)
+    largest = (1 << (8 * arr.dtype.itemsize - (arr.dtype.kind == "i"))) - 1  # of arr's dtype
+    if vocab_size is None and largest <= dmax:
+        return arr  # every id fits: no scan
+    high = int(arr.max())
+    if high > dmax:
+        pos = int(np.argmax(arr > dmax))
+        if dmax < MAX_TOKEN_ID:
+            where, fix = f"dtype='uint16' (max {dmax})", "use dtype='uint32'"
+        else:
+            where, fix = f"the int32 batch ids (max {dmax})", "ids must be < 2**31"
+        raise ValueError(
+            f"document {index}: token id {arr[pos]} at position {pos} does not fit {where}; {fix}"
+        )
+    if vocab_size is not None and high >= vocab_size:
+        pos = int(np.argmax(arr >= vocab_size))
+        raise ValueError(
+            f"document {index}: token id {arr[pos]} at position {pos} is >= "
+            f"{vocab_size=}; fix the ids or pass the right vocab_size"
+        )
+    return arr
+
+
+# Tokens buffered per shard before one write: the digests, the offsets and the largest id are
+# then computed per buffer, not per document (a document is often a few hundred tokens).
+FLUSH_TOKENS = 1 << 18
+
+
+class _Stream:
+    """What the manifest records about the whole stream: ``content_sha256`` (see
+    :mod:`grainpack.corpus.native`) and the largest id, fed buffer by buffer."""
+
+    def __init__(self) -> None:
+        self.tokens, self.offsets = hashlib.sha256(), hashlib.sha256(struct.pack("<q", 0))
+        self.max_id = -1
+
+    def update(self, tokens: np.ndarray, ends: np.ndarray) -> None:
+        self.tokens.update(tokens.data)
+        self.offsets.update(ends.data)
+        if tokens.size:
+            self.max_id = max(self.max_id, int(tokens.max()))
 
 
 class _ShardFiles:
-    """One shard being written: token and offset files with running sha256 digests."""
+    """One shard being written: token and offset files with running sha256 digests.
 
-    def __init__(self, directory: Path, index: int) -> None:
+    Documents are copied into a buffer of ``FLUSH_TOKENS`` and written buffer by buffer (a
+    copy: the caller may reuse its array); a longer document is written on its own.
+    """
+
+    def __init__(
+        self, directory: Path, index: int, dtype: np.dtype, base: int, stream: _Stream
+    ) -> None:
         self.tokens_file, self.offsets_file = f"tokens-{index:05d}.bin", f"offsets-{index:05d}.bin"
         self.paths = (directory / self.tokens_file, directory / self.offsets_file)
         self.tokens, self.offsets = open(self.paths[0], "wb"), open(self.paths[1], "wb")  # noqa: SIM115
         self.tokens_hash, self.offsets_hash = hashlib.sha256(), hashlib.sha256()
+        self.base, self.stream = base, stream  # stream position of the shard's first token
+        self.buffer, self.filled, self.ends = np.empty(FLUSH_TOKENS, dtype), 0, []
         self.num_tokens = self.num_documents = 0
-        self._write_offset(0)
-
-    def _write_offset(self, value: int) -> None:
-        packed = struct.pack("<q", value)
-        self.offsets.write(packed)
-        self.offsets_hash.update(packed)
+        first = struct.pack("<q", 0)
+        self.offsets.write(first)
+        self.offsets_hash.update(first)
 
     def add(self, tokens: np.ndarray) -> None:
-        if tokens.size:
-            self.tokens.write(tokens.data)
-            self.tokens_hash.update(tokens.data)
-        self.num_tokens += tokens.size
+        n = tokens.size
+        if self.filled + n > FLUSH_TOKENS:
+            self.flush()
+        self.num_tokens += n
         self.num_documents += 1
-        self._write_offset(self.num_tokens)
+        if n > FLUSH_TOKENS:
+            self._write(np.ascontiguousarray(tokens, dtype=self.buffer.dtype), [self.num_tokens])
+            return
+        self.buffer[self.filled : self.filled + n] = tokens
+        self.filled += n
+        self.ends.append(self.num_tokens)
+
+    def flush(self) -> None:
+        if self.ends:
+            self._write(self.buffer[: self.filled], self.ends)
+            self.filled, self.ends = 0, []
+
+    def _write(self, tokens: np.ndarray, ends: list[int]) -> None:
+        offsets = np.array(ends, dtype="<i8")
+        self.tokens.write(tokens.data)
+        self.tokens_hash.update(tokens.data)
+        self.offsets.write(offsets.data)
+        self.offsets_hash.update(offsets.data)
+        self.stream.update(tokens, offsets + self.base)
 
     def finish(self) -> dict[str, Any]:
+        self.flush()
         for f in (self.tokens, self.offsets):
             f.flush()
             os.fsync(f.fileno())
@@ -148,32 +243,153 @@ class _ShardFiles:
             "offsets_sha256": self.offsets_hash.hexdigest(),
         }
 
-    def abort(self) -> None:
-        for f, path in zip((self.tokens, self.offsets), self.paths, strict=True):
-            f.close()
-            path.unlink(missing_ok=True)
+    def close(self) -> None:
+        self.tokens.close()
+        self.offsets.close()
+
+
+# -- the transaction: lock, target, staging folder, publish ----------------------------------
+
+
+def _target(path: Path) -> Path:
+    """``path`` with symbolic links resolved (writers of one corpus share one lock)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        pass  # nothing there yet (a dangling link is written through)
+    except OSError as err:
+        raise os_error(err, "cannot write a corpus at") from err
+    target = Path(os.path.realpath(path))
+    if not target.name:
+        raise CorpusError(f"cannot write a corpus at {path}: choose a directory below {target}")
+    return target
+
+
+class _Lock:
+    """``flock`` on ``DIR/.NAME.lock``, the file removed on release (a reused path is
+    re-checked on acquire, so a writer never holds a lock on a deleted file)."""
+
+    def __init__(self, target: Path) -> None:
+        self.path = target.parent / f".{target.name}.lock"
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise CorpusExistsError(
+                    f"another write to {target} is in progress (process {holder} holds "
+                    f"{self.path}); wait for it to finish, or write elsewhere"
+                ) from None
+            try:
+                current = os.stat(self.path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(fd).st_ino:
+                break
+            os.close(fd)  # the file was removed by its previous holder: lock the new one
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd: int | None = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)
+            self.fd = None
+
+
+def _leftovers(target: Path, kind: str) -> list[Path]:
+    return sorted(target.parent.glob(f".{glob.escape(target.name)}.{kind}-*"))
+
+
+def _recover(target: Path) -> None:
+    """Under the lock: undoes what killed writers left next to ``target``."""
+    aside = _leftovers(target, "old")
+    if aside and not target.exists():  # killed between the two renames of an overwrite
+        os.rename(aside.pop(), target)
+    for folder in aside + _leftovers(target, "tmp"):
+        shutil.rmtree(folder)
+
+
+def _corpus_files(directory: Path, names: list[str]) -> set[str]:
+    """Entries of ``directory`` that belong to a corpus (or to an interrupted write of one)."""
+    own = {n for n in names if SHARD_FILE.fullmatch(n) or n.startswith(f".{MANIFEST_NAME}.")}
+    if MANIFEST_NAME in names:
+        own.add(MANIFEST_NAME)
+        try:
+            manifest = json.loads((directory / MANIFEST_NAME).read_bytes())
+            for shard in manifest["shards"]:
+                own.update(str(shard[key]) for key in ("tokens_file", "offsets_file"))
+        except (OSError, ValueError, RecursionError, TypeError, KeyError):
+            pass  # an unreadable manifest: its shard files are recognised by name
+    return own
+
+
+def _replaceable(target: Path, overwrite: bool) -> bool:
+    """Whether ``target`` exists (it will be exchanged); raises if it must not be replaced."""
+    try:
+        stat = os.stat(target)
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise os_error(err, "cannot write a corpus at") from err
+    if not os.path.isdir(target):
+        raise CorpusExistsError(f"{target} exists and is not a directory; choose another path")
+    try:
+        names = os.listdir(target)
+    except OSError as err:
+        raise os_error(err, "cannot write a corpus at") from err
+    if "index.json" in names:
+        raise CorpusExistsError(
+            f"{target} holds a seed-layout corpus (index.json); write elsewhere"
+        )
+    if MANIFEST_NAME in names and not overwrite:
+        raise CorpusExistsError(
+            f"{target} already holds a corpus ({MANIFEST_NAME} present); "
+            "pass overwrite=True to replace it"
+        )
+    foreign = sorted(set(names) - _corpus_files(target, names))
+    if foreign:
+        raise CorpusExistsError(
+            f"{target} holds files that are not part of a corpus ({', '.join(foreign[:5])}"
+            f"{', ...' if len(foreign) > 5 else ''}); a write replaces the whole directory: "
+            "move them away or write to a new directory"
+        )
+    if stat.st_dev != os.stat(target.parent).st_dev:
+        raise CorpusError(
+            f"{target} is a mount point: a corpus is published by renaming a folder written "
+            f"next to it, so write to a directory inside it (e.g. {target / 'corpus'})"
+        )
+    return True
 
 
 class CorpusWriter:
-    """Writes a native corpus document by document; the manifest appears only on success.
+    """Writes a native corpus document by document, as one transaction.
 
     Empty documents are stored (their offset repeats) so that document ids stay aligned with
     the input. A shard is closed when the next document would push it past ``shard_tokens`` and
-    it already holds tokens (a longer document gets a shard of its own). If the ``with`` block
-    raises, no manifest is written and the shard files written so far are removed.
+    it already holds tokens (a longer document gets a shard of its own). Everything is written
+    into a private folder next to ``path``; ``close()`` publishes it with one atomic rename
+    (see :mod:`grainpack.corpus.writer`). If the ``with`` block raises, or the process dies,
+    nothing at ``path`` changes.
 
     Args:
-        path: Output directory (created if needed).
-        dtype: ``"uint16"`` (ids < 65536) or ``"uint32"``.
+        path: Output directory: must not exist, or be empty, or hold a corpus (replaced only
+            with ``overwrite=True``) or the leftovers of an interrupted write.
+        dtype: ``"uint16"`` (ids < 65536) or ``"uint32"`` (ids < 2**31: batches hold int32).
         vocab_size: If given, every id must be below it; stored in the manifest.
         eos_id: End-of-document id to record in the manifest (not inserted).
         shard_tokens: Token budget per shard file.
-        overwrite: Replace a complete corpus at ``path``; its manifest is removed first, so a
-            crash mid-overwrite leaves a directory that does not open.
+        overwrite: Replace a complete corpus at ``path``; it stays readable (and is what
+            ``path`` holds) until the new one is complete.
 
     Raises:
-        CorpusExistsError: ``path`` holds a corpus and ``overwrite`` is false (a
-            ``FileExistsError`` and a ``ValueError``).
+        CorpusExistsError: ``path`` holds a corpus and ``overwrite`` is false, holds other
+            files, or another write to it is in progress (a ``FileExistsError`` and a
+            ``ValueError``).
+        CorpusError: ``path`` cannot be written (a file in the way, permissions, a mount point).
 
     Example:
         >>> import tempfile
@@ -199,33 +415,35 @@ class CorpusWriter:
         )
         self._dtype = _check_options(dtype, vocab_size, eos_id, shard_tokens)
         self.path, self.vocab_size, self.eos_id = Path(path), vocab_size, eos_id
-        self.shard_tokens = shard_tokens
-        self._prepare_directory(overwrite)
+        self.shard_tokens, self.overwrite = shard_tokens, overwrite
+        self._target = target = _target(self.path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._lock = _Lock(target)
+        except CorpusError:
+            raise
+        except OSError as err:
+            raise os_error(err, "cannot write a corpus at") from err
+        try:
+            _recover(target)
+            _replaceable(target, overwrite)
+            self._token = f"{os.getpid()}-{secrets.token_hex(4)}"
+            self._staging = target.parent / f".{target.name}.tmp-{self._token}"
+            self._staging.mkdir()
+        except BaseException as err:
+            self._lock.release()
+            if isinstance(err, OSError) and not isinstance(err, CorpusError):
+                raise os_error(err, "cannot write a corpus at") from err
+            raise
+        # An unclosed writer (an exception without ``with``, a forgotten close) is aborted
+        # when it is collected or the interpreter exits.
+        self._cleanup = weakref.finalize(self, _abandon, self._staging, self._lock)
         self._shards: list[dict[str, Any]] = []
         self._current: _ShardFiles | None = None
         self._num_documents = self._num_tokens = 0
+        self._stream = _Stream()
+        self._dmax = min(int(np.iinfo(self._dtype).max), MAX_TOKEN_ID)
         self._closed = False
-
-    def _prepare_directory(self, overwrite: bool) -> None:
-        p = self.path
-        if p.exists() and not p.is_dir():
-            raise CorpusExistsError(
-                f"{p} exists and is not a directory; choose another output path"
-            )
-        if (p / "index.json").exists():
-            raise CorpusExistsError(f"{p} holds a seed-layout corpus (index.json); write elsewhere")
-        p.mkdir(parents=True, exist_ok=True)
-        if (p / MANIFEST_NAME).exists():
-            if not overwrite:
-                raise CorpusExistsError(
-                    f"{p} already holds a corpus ({MANIFEST_NAME} present); "
-                    "pass overwrite=True to replace it"
-                )
-            (p / MANIFEST_NAME).unlink()  # first: from here on the directory does not open
-            _fsync_dir(p)
-        for stale in p.iterdir():  # shard files of a replaced or interrupted corpus
-            if SHARD_FILE.fullmatch(stale.name) or stale.name.startswith(f".{MANIFEST_NAME}."):
-                stale.unlink()
 
     @property
     def num_documents(self) -> int:
@@ -240,27 +458,41 @@ class CorpusWriter:
         if self._closed:
             raise ValueError(f"CorpusWriter for {self.path} is closed; open a new writer")
         index = self._num_documents
-        arr = _check_document(tokens, index, self._dtype, self.vocab_size)
+        arr = _check_document(tokens, index, self._dmax, self.vocab_size)
         current = self._current
-        if (
-            current is not None
-            and current.num_tokens
-            and (current.num_tokens + arr.size > self.shard_tokens)
-        ):
-            self._shards.append(current.finish())
-            current = None
-        if current is None:
-            current = self._current = _ShardFiles(self.path, len(self._shards))
-        current.add(arr)
+        try:
+            full = current is not None and current.num_tokens + arr.size > self.shard_tokens
+            if full and current.num_tokens:  # type: ignore[union-attr]
+                self._shards.append(current.finish())  # type: ignore[union-attr]
+                current = None
+            if current is None:
+                current = self._current = _ShardFiles(
+                    self._staging, len(self._shards), self._dtype, self._num_tokens, self._stream
+                )
+            current.add(arr)
+        except OSError as err:
+            raise os_error(err, f"writing {self.path} (nothing was published) in") from err
         self._num_documents += 1
         self._num_tokens += arr.size
         return index
 
     def close(self) -> None:
-        """Finishes the last shard and writes the manifest atomically (idempotent)."""
+        """Finishes the last shard and the manifest, and publishes the corpus (idempotent)."""
         if self._closed:
             return
         self._closed = True
+        try:
+            self._finish()
+            self._publish()
+        except BaseException as err:
+            self._cleanup()
+            if isinstance(err, OSError) and not isinstance(err, CorpusError):
+                raise os_error(err, f"writing {self.path} (nothing was published) in") from err
+            raise
+        self._cleanup.detach()
+        self._lock.release()
+
+    def _finish(self) -> None:
         if self._current is not None:
             self._shards.append(self._current.finish())
             self._current = None
@@ -272,28 +504,44 @@ class CorpusWriter:
             "eos_id": self.eos_id,
             "num_documents": self._num_documents,
             "num_tokens": self._num_tokens,
+            "max_token_id": None if self._stream.max_id < 0 else self._stream.max_id,
+            "content_sha256": content_digest(
+                self._stream.tokens.hexdigest(), self._stream.offsets.hexdigest()
+            ),
             "shards": self._shards,
         }
-        tmp = self.path / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
+        with open(self._staging / MANIFEST_NAME, "w") as f:
             json.dump(manifest, f, indent=1)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.path / MANIFEST_NAME)
-        _fsync_dir(self.path)
+        _fsync_dir(self._staging)
+
+    def _publish(self) -> None:
+        """One atomic rename of the staging folder to the target (see the module)."""
+        target, staging = self._target, self._staging
+        if not _replaceable(target, self.overwrite):
+            if not _renameat2(staging, target, _RENAME_NOREPLACE):
+                os.rename(staging, target)  # under the lock: no grainpack writer races it
+        elif not _renameat2(staging, target, _RENAME_EXCHANGE):
+            aside = target.parent / f".{target.name}.old-{self._token}"
+            os.rename(target, aside)
+            os.rename(staging, target)  # a crash before this line: the next write restores
+            staging = aside
+        _fsync_dir(target.parent)
+        # The replaced folder: readers that mapped its files keep them until they unmap.
+        if staging.exists():
+            shutil.rmtree(staging)
 
     def abort(self) -> None:
-        """Stops writing without a manifest and removes the shard files written so far."""
+        """Stops writing: removes what was written; nothing at ``path`` changes."""
         if self._closed:
             return
         self._closed = True
         if self._current is not None:
-            self._current.abort()
+            self._current.close()
             self._current = None
-        for shard in self._shards:
-            for key in ("tokens_file", "offsets_file"):
-                (self.path / shard[key]).unlink(missing_ok=True)
+        self._cleanup()
 
     def __enter__(self) -> CorpusWriter:
         return self
@@ -310,6 +558,12 @@ class CorpusWriter:
             self.abort()
 
 
+def _abandon(staging: Path, lock: _Lock) -> None:
+    """Removes an unpublished staging folder and releases the lock."""
+    shutil.rmtree(staging, ignore_errors=True)
+    lock.release()
+
+
 def write_corpus(
     path: PathLike,
     documents: Iterable[Any],
@@ -322,13 +576,18 @@ def write_corpus(
 ) -> TokenShardSource:
     """Writes ``documents`` (each a 1-D sequence of ids) as a native corpus and opens it.
 
-    Options are those of :class:`CorpusWriter`.
+    Options are those of :class:`CorpusWriter`. With ``overwrite=True`` the documents may be
+    read from the corpus being replaced: it stays in place until the new one is complete.
 
     Example:
         >>> import tempfile
-        >>> src = write_corpus(tempfile.mkdtemp(), [[5, 6], [7]], vocab_size=8, eos_id=7)
+        >>> path = tempfile.mkdtemp()
+        >>> src = write_corpus(path, [[5, 6], [7]], vocab_size=8, eos_id=7)
         >>> [d.tolist() for d in src], src.dtype.name, src.eos_id
         ([[5, 6], [7]], 'uint16', 7)
+        >>> kept = write_corpus(path, (src[i] for i in [1]), overwrite=True)  # in place
+        >>> [d.tolist() for d in kept]
+        [[7]]
     """
     options = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, shard_tokens=shard_tokens)
     with CorpusWriter(path, overwrite=overwrite, **options) as writer:  # type: ignore[arg-type]

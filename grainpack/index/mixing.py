@@ -26,6 +26,7 @@ from grainpack.index.weights import normalize_probabilities
 
 __all__ = [
     "BLOCK_SLOTS",
+    "MAX_SLOTS",
     "SLOT_SEED_MULTIPLIER",
     "SlotMixer",
     "choose_source",
@@ -37,6 +38,10 @@ __all__ = [
 
 SLOT_SEED_MULTIPLIER = 0x100000001  # window loader: splitmix64(seed * 0x100000001 + slot)
 BLOCK_SLOTS = 1 << 16  # slots per cached count block; 512 KiB of uint64 scratch, fits in L2
+# Occurrences are counted by hashing every earlier slot (5e8-1e9 slots/s on 2 cores): a run
+# of 10**13 tokens at global batch 1024 has ~5e9 slots (5-10 s). Beyond MAX_SLOTS (about a
+# minute, 4 MiB of counts per source) a query is refused instead of running for hours.
+MAX_SLOTS = 1 << 35
 _CHUNK_SLOTS = 1 << 20  # scratch size of choose_sources (bounded memory for long ranges)
 _THREADED_BLOCKS = 256  # extend the block cache with 2 threads from 2**24 new slots on
 
@@ -174,7 +179,9 @@ class SlotMixer:
 
     Counts per source of each block of ``BLOCK_SLOTS`` slots are computed by one vectorized
     hash and kept as prefix sums, extended lazily. ``counts_before(10**8)`` costs about 0.13 s
-    the first time (1526 blocks, 2 cores) and microseconds afterwards.
+    the first time (1526 blocks, 2 cores) and microseconds afterwards. With one source the
+    occurrence is the slot itself: nothing is counted. With several, slots beyond
+    ``MAX_SLOTS`` are refused with a ``ValueError`` stating the cost.
 
     Args:
         seed: the mix seed (any int; it enters the hash modulo 2**64).
@@ -272,9 +279,28 @@ class SlotMixer:
             counts += self._count(lo, min(size, stop - lo), z, tmp)
         return counts
 
+    def check_cost(self, slot: int) -> None:
+        """Raises ``ValueError`` (stating the cost) if counting the slots before ``slot`` is
+        refused: more than ``MAX_SLOTS`` of them with several sources."""
+        if self.num_sources > 1 and slot > MAX_SLOTS:
+            raise ValueError(
+                f"counting which of {self.num_sources} sources each of the {slot:,} slots before "
+                f"slot {slot:,} chose hashes every one of them: about {slot / 5e8:,.0f} s and "
+                f"{slot // BLOCK_SLOTS * self.num_sources * 8 / 2**20:,.0f} MiB; grainpack "
+                f"refuses more than MAX_SLOTS={MAX_SLOTS:,} slots (a run of 10**13 tokens at "
+                "global batch 1024 has ~5e9). Check the step (a corrupt checkpoint state?)"
+            )
+
     def counts_before(self, slot: int) -> np.ndarray:
-        """int64 ``(num_sources,)``: how many slots ``< slot`` chose each source."""
+        """int64 ``(num_sources,)``: how many slots ``< slot`` chose each source.
+
+        Raises:
+            ValueError: ``slot > MAX_SLOTS`` with several sources (the message states the cost).
+        """
         slot = check_int("slot", slot)
+        if self.num_sources == 1:
+            return np.array([slot], dtype=np.int64)
+        self.check_cost(slot)
         block = slot // BLOCK_SLOTS
         self._ensure_blocks(block)
         base_slot, base = block * BLOCK_SLOTS, self._prefix[block]
@@ -289,6 +315,8 @@ class SlotMixer:
         """int64 ``(num_sources,)``: how many slots in ``[start, stop)`` chose each source."""
         start = check_int("start", start)
         stop = check_int("stop", stop, minimum=start)
+        if self.num_sources == 1:
+            return np.array([stop - start], dtype=np.int64)
         cached_slots = (self._prefix.shape[0] - 1) * BLOCK_SLOTS
         if stop - start <= 4 * BLOCK_SLOTS and stop > cached_slots:
             return self._count_range(start, stop)  # short range past the cache: count directly
@@ -298,6 +326,8 @@ class SlotMixer:
         """Source and occurrence index (int64 arrays) of every slot in ``[start, stop)``."""
         start = check_int("start", start)
         stop = check_int("stop", stop, minimum=start)
+        if self.num_sources == 1:  # the occurrence is the slot
+            return np.zeros(stop - start, np.int64), np.arange(start, stop, dtype=np.int64)
         sources = choose_sources(self.seed, start, stop, self.cumulative)
         before = self.counts_before(start)
         occurrences = occurrences_from(sources, before)

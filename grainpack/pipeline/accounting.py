@@ -91,6 +91,7 @@ def mixture_accounting(
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step must be an int >= 0; got {step!r}")
     batches = _batches(config)
+    batches.check_step(step)  # refuses a step whose accounting would run for hours
     cfg = batches.config
     slots = step * cfg.global_batch_size
     counts = batches.mixer.counts_before(slots)

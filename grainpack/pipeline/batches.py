@@ -13,10 +13,12 @@ import functools
 import hashlib
 import json
 import sys
+import time
 
 import numpy as np
 
 from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.corpus.source import TokenShardSource
 from grainpack.curriculum.protocols import adapts_online, bind_selector
 from grainpack.index.layout import PackedRows, Part, pack_rows
@@ -31,6 +33,30 @@ FORMAT_VERSION = 1
 # One Grain element plans about ELEMENT_TOKENS tokens in whole steps, at most ELEMENT_STEPS:
 # amortises Grain's per-element cost and the index math's per-call cost over many batches.
 ELEMENT_TOKENS, ELEMENT_STEPS = 1 << 23, 512
+# Slots are int64: a step whose slots pass this is no step of any run (a corrupt state).
+MAX_SLOT = 1 << 62
+# With a sequence_selector, reaching epoch e plans epochs 0..e (each shuffles every document):
+# refused beyond this many document shuffles (minutes of work) instead of running for hours.
+MAX_REPLAY_DOCUMENTS = 1 << 32
+# A reader re-checks its element's files before a read when this long passed since the last
+# check (a training step may take seconds; an element spans many of them).
+CHECK_SECONDS = 0.1
+
+
+def _check_ids_fit(name: str, path: str, source: TokenShardSource) -> None:
+    """Refuses a source whose ids may not fit the int32 batch arrays (they would wrap)."""
+    bound = source.id_bound
+    if bound <= MAX_TOKEN_ID:
+        return
+    if source.vocab_size is not None:
+        why = f"vocab_size={source.vocab_size:,}"
+    else:
+        why = f"dtype {source.dtype.name} and no recorded vocab_size or max_token_id"
+    raise ValueError(
+        f"source {name!r} ({path}) may hold token ids up to {bound:,} ({why}), beyond the int32 "
+        "batch arrays (max 2**31 - 1), where they would wrap. Rewrite it with its ids checked: "
+        f"grainpack build {path} -o NEW --dtype uint32 [--vocab-size N] (refuses ids >= 2**31)"
+    )
 
 
 class PipelineBatches:
@@ -80,7 +106,8 @@ class PipelineBatches:
         """The opened corpora, in source order."""
         if self._sources is None:
             self._sources = [open_corpus(p) for p in self.config.sources.values()]
-            for name, src in zip(self.config.sources, self._sources):
+            for (name, path), src in zip(self.config.sources.items(), self._sources):
+                _check_ids_fit(name, path, src)
                 for token in ("boundary_id", "pad_id"):
                     value = getattr(self.config, token)
                     if (
@@ -126,8 +153,11 @@ class PipelineBatches:
         return self._mixer
 
     def __getstate__(self) -> dict:
+        # The opened sources travel (their shard records are small): a worker reads the
+        # files this process opened, and detects if they changed since, rather than opening
+        # whatever the paths hold now.
         state = self.__dict__.copy()
-        state.update(_sources=None, _rows={}, _mixer=None)
+        state.update(_rows={}, _mixer=None)
         return state
 
     # -- identity ---------------------------------------------------------------------
@@ -195,12 +225,46 @@ class PipelineBatches:
         rows = self.rows_per_batch
         return min(max(1, ELEMENT_TOKENS // (rows * (self.config.block + 1))), ELEMENT_STEPS)
 
+    def check_step(self, step: int, steps: int = 1) -> None:
+        """Raises ``ValueError``, stating the cost, if planning steps ``[step, step + steps)``
+        needs more work than grainpack allows: slots past ``MAX_SLOT``, counting more than
+        ``MAX_SLOTS`` earlier slots (several sources), or replaying more than
+        ``MAX_REPLAY_DOCUMENTS`` document shuffles of earlier epochs (a ``sequence_selector``).
+        Costs nothing else: it runs before any counting.
+        """
+        size = self.config.global_batch_size
+        end = (step + steps) * size
+        if end > MAX_SLOT:
+            raise ValueError(
+                f"step {step:,} is no step of any run: its slots pass 2**62 (global batch "
+                f"{size}); check the step (a corrupt checkpoint state?)"
+            )
+        if self.evaluation is not None:
+            return
+        self.mixer.check_cost(step * size)
+        names = list(self.config.sources)
+        for j, p in enumerate(self.config.probabilities):
+            rows = self.rows(j)
+            if rows.rows_per_epoch is not None:  # epochs located by a division
+                continue
+            epochs = end * p / rows.rows_in_epoch(0)
+            work = epochs * len(rows.lengths)
+            if work > MAX_REPLAY_DOCUMENTS:
+                raise ValueError(
+                    f"step {step:,} lies in about epoch {epochs:,.0f} of source {names[j]!r}, "
+                    "whose sequence_selector decides each epoch's documents: reaching it plans "
+                    f"every earlier epoch, about {work:,.0f} document shuffles (hours); "
+                    f"grainpack refuses more than MAX_REPLAY_DOCUMENTS={MAX_REPLAY_DOCUMENTS:,}. "
+                    "Check the step (a corrupt checkpoint state?)"
+                )
+
     def packed_steps(
         self, step: int, process_index: int, process_count: int | None = None, *, steps: int = 1
     ) -> PackedRows:
         """The row layout and read table (:func:`~grainpack.index.layout.pack_rows`; index math, no
         tokens) of steps ``[step, step + steps)`` of one process, rows in step order: one
         mixer draw and one span lookup per (source, epoch) for all of them."""
+        self.check_step(step, steps)
         count = self.process_count if process_count is None else process_count
         size = self.config.global_batch_size
         slots = process_slots(step, steps, size, process_index, count)
@@ -242,9 +306,44 @@ class PipelineBatches:
             provenance=cfg.provenance,
         )
 
-    def reader(self, packed: PackedRows) -> RowReader:
-        """Reads the tokens of rows planned by :meth:`packed_steps`."""
+    def reader(self, packed: PackedRows) -> CheckedReader:
+        """Reads the tokens of rows planned by :meth:`packed_steps` (a :class:`RowReader`
+        whose reads re-check the files, see :class:`CheckedReader`)."""
         cfg = self.config
-        return RowReader(
+        reader = RowReader(
             packed, self.sources, block=cfg.block, pad_id=cfg.pad_id, boundary_id=cfg.boundary_id
         )
+        return CheckedReader(reader, packed, self.sources)
+
+
+class CheckedReader:
+    """A :class:`RowReader` (its attributes pass through) whose reads first check that the
+    files of its element did not change (:meth:`TokenShardSource.check_files`), when more than
+    ``CHECK_SECONDS`` passed since the last check; the reader's constructor checked them.
+
+    A file truncated while an element is consumed then raises a ``CorpusError`` naming it
+    instead of ``SIGBUS``, unless the truncation lands between a check and the copy.
+    """
+
+    def __init__(
+        self, reader: RowReader, packed: PackedRows, sources: list[TokenShardSource]
+    ) -> None:
+        self.reader, self.sources = reader, sources
+        source, shard = packed.read_source, packed.read_shard
+        self.files = [  # (source, its shards read by the element), without sorting pieces
+            (j, np.flatnonzero(np.bincount(shard[source == j])).tolist())
+            for j in np.flatnonzero(np.bincount(source[source >= 0])).tolist()
+        ]
+        self.checked = time.monotonic()
+
+    def __getattr__(self, name: str) -> object:  # only for names this class lacks
+        return getattr(self.__dict__["reader"], name)
+
+    def read(self, first: int, stop: int) -> np.ndarray:
+        """:meth:`RowReader.read`, after the check."""
+        now = time.monotonic()
+        if now - self.checked > CHECK_SECONDS:
+            for j, shards in self.files:
+                self.sources[j].check_files(shards)
+            self.checked = now
+        return self.reader.read(first, stop)

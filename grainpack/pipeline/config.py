@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from grainpack.checks import check_float, check_int
+from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.curriculum.protocols import BindsToSource, describe_selector
 from grainpack.index.orders import SequenceSelector
 from grainpack.index.weights import content_probabilities
@@ -79,9 +80,12 @@ class PipelineConfig:
         check_int("block", self.block, minimum=1)
         check_int("global_batch_size", self.global_batch_size, minimum=1)
         check_int("seed", self.seed, minimum=0)
-        check_int("pad_id", self.pad_id, minimum=0)
-        if self.boundary_id is not None:
-            check_int("boundary_id", self.boundary_id, minimum=0)
+        for token in ("pad_id", "boundary_id"):
+            value = getattr(self, token)
+            if value is not None and check_int(token, value, minimum=0) > MAX_TOKEN_ID:
+                raise ValueError(
+                    f"{token} must be < 2**31 (batches hold int32 token ids); got {token}={value}"
+                )
         if self.unit not in ("documents", "windows"):
             raise ValueError(f"unit must be 'documents' or 'windows'; got {self.unit!r}")
         if self.unit == "windows" and (

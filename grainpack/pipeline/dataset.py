@@ -219,21 +219,54 @@ class PipelineIterator(grain.DatasetIterator):
                 "ignore_fingerprint_mismatch=True to make_dataset to accept the change"
             )
         step = state["step"]
+        self._batches.check_step(step)  # a step beyond any run is refused before any work
         if step and state["fingerprint"] == self._batches.fingerprint:
-            again = self._batches.batch(step - 1, state["process_index"], state["process_count"])
-            logger.info(
-                "resume at step %d: recomputed batch %d to verify its digest", step, step - 1
-            )
-            if batch_digest(again) != state["digest"]:
-                raise ValueError(
-                    f"resume verification failed: batch {step - 1} recomputed from the corpus "
-                    "differs from the batch that was trained on before the checkpoint (same "
-                    "config fingerprint). The corpus files or grainpack's code changed in a "
-                    "way the fingerprint does not see; do not continue this run with them"
-                )
+            self._verify(state)
         self.close()
         self._step = step
         self._last = None
+
+    def _verify(self, state: Mapping[str, int]) -> None:
+        """Recomputes the batch before ``state["step"]`` and compares its digest, after the
+        checks that cost nothing: the process layout and a zero digest."""
+        step, p, count = state["step"], state["process_index"], state["process_count"]
+        size = self._batches.config.global_batch_size
+        if size % count:
+            raise ValueError(
+                f"corrupt grainpack iterator state: process_count={count} does not divide "
+                f"global_batch_size={size}, so no process of this config saved it (the state "
+                "was edited); restore each process from the state it saved"
+            )
+        if state["digest"] == 0:  # get_state gives 0 only before the first batch
+            raise _verification_failed(step, None)
+        logger.info("resume at step %d: recomputing batch %d to verify its digest", step, step - 1)
+        if batch_digest(self._batches.batch(step - 1, p, count)) == state["digest"]:
+            return
+        # On failure only: is it another process's batch (of the state's process count, of
+        # this run's, or the whole)? Process q of P holds the rows q::P of the global batch.
+        whole = self._batches.batch(step - 1, 0, 1)
+        for other in sorted({count, self._batches.process_count, 1}):
+            for q in range(other):
+                rows = {k: whole[k][q::other] for k in DIGEST_KEYS}
+                if (q, other) != (p, count) and batch_digest(rows) == state["digest"]:
+                    raise _verification_failed(step, (q, other))
+        raise _verification_failed(step, None)
+
+
+def _verification_failed(step: int, found: tuple[int, int] | None) -> ValueError:
+    if found is not None:
+        return ValueError(
+            f"resume verification failed: the digest of batch {step - 1} is that of process "
+            f"{found[0]} of {found[1]}, not of the process_index/process_count the state names: "
+            "its process fields were edited (or it is another process's state); restore each "
+            "process from the state it saved"
+        )
+    return ValueError(
+        f"resume verification failed: batch {step - 1} recomputed from the corpus differs from "
+        "the batch that was trained on before the checkpoint (same config fingerprint). The "
+        "corpus files or grainpack's code changed in a way the fingerprint does not see; do "
+        "not continue this run with them"
+    )
 
 
 def make_dataset(
