@@ -7,7 +7,8 @@ Native format (version 1), one directory::
     manifest.json        {"format": "grainpack", "version": 1, "dtype": "uint16"|"uint32",
                           "vocab_size": int|null, "eos_id": int|null, "num_documents": int,
                           "num_tokens": int, "shards": [{"tokens_file", "offsets_file",
-                          "num_tokens", "num_documents", "tokens_sha256", "offsets_sha256"}]}
+                          "num_tokens", "num_documents", "tokens_sha256", "offsets_sha256"}],
+                          optional "tokenizer": {"kind", "file", "sha256", ...}}
     tokens-00000.bin     raw little-endian token ids of shard 0, documents back to back
     offsets-00000.bin    raw little-endian int64, num_documents + 1 shard-local offsets:
                          first 0, last = the shard's num_tokens; document j of the shard is
@@ -69,6 +70,8 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
             problems.append(
                 f"{key}={m.get(key, '<missing>')!r} (expected a non-negative int or null)"
             )
+    if not isinstance(m.get("tokenizer", {}), dict):
+        problems.append(f"tokenizer={m['tokenizer']!r} (expected an object, or no key)")
     shards = m.get("shards")
     if not isinstance(shards, list):
         problems.append(f"shards={shards!r} (expected a list)")
@@ -153,4 +156,5 @@ def open_native(path: Path, eos_id: int | None) -> TokenShardSource:
         fingerprint=hashlib.sha256(canonical).hexdigest(),
         vocab_size=m["vocab_size"],
         eos_id=m["eos_id"] if eos_id is None else eos_id,
+        tokenizer=m.get("tokenizer"),
     )

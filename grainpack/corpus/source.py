@@ -186,6 +186,7 @@ class TokenShardSource:
         fingerprint: Stable content-derived hex digest of the corpus.
         vocab_size: Vocabulary size if known.
         eos_id: End-of-document token id if known (required by ``"eos"`` shards).
+        tokenizer: The tokenizer a native corpus records (kind, file, sha256, ...), if any.
 
     Example:
         >>> import tempfile
@@ -203,6 +204,7 @@ class TokenShardSource:
         fingerprint: str,
         vocab_size: int | None = None,
         eos_id: int | None = None,
+        tokenizer: dict[str, Any] | None = None,
     ) -> None:
         if not all(isinstance(s, ShardRecord) for s in shards):
             raise TypeError(f"shards must be ShardRecord objects, got {list(map(type, shards))}")
@@ -215,6 +217,7 @@ class TokenShardSource:
         self._fingerprint = str(fingerprint)
         self._vocab_size = vocab_size
         self._eos_id = eos_id
+        self._tokenizer = tokenizer
         self._reset()
 
     def _reset(self) -> None:
@@ -267,6 +270,11 @@ class TokenShardSource:
     @property
     def eos_id(self) -> int | None:
         return self._eos_id
+
+    @property
+    def tokenizer(self) -> dict[str, Any] | None:
+        """The tokenizer recorded by the corpus (``None`` if it records none)."""
+        return self._tokenizer
 
     @property
     def fingerprint(self) -> str:

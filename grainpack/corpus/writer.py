@@ -170,6 +170,8 @@ class CorpusWriter:
         shard_tokens: Token budget per shard file.
         overwrite: Replace a complete corpus at ``path``; its manifest is removed first, so a
             crash mid-overwrite leaves a directory that does not open.
+        tokenizer: What made the ids (a JSON object, e.g. ``Tokenizer.identity()``): recorded
+            in the manifest under ``"tokenizer"`` (omitted when ``None``).
 
     Raises:
         CorpusExistsError: ``path`` holds a corpus and ``overwrite`` is false (a
@@ -191,7 +193,11 @@ class CorpusWriter:
         eos_id: int | None = None,
         shard_tokens: int = 1 << 28,
         overwrite: bool = False,
+        tokenizer: dict[str, Any] | None = None,
     ) -> None:
+        if tokenizer is not None and not isinstance(tokenizer, dict):
+            raise TypeError(f"tokenizer must be a dict (JSON object) or None, got {tokenizer!r}")
+        self.tokenizer = None if tokenizer is None else json.loads(json.dumps(tokenizer))
         vocab_size, eos_id, shard_tokens = (
             plain_int(vocab_size),
             plain_int(eos_id),
@@ -274,6 +280,8 @@ class CorpusWriter:
             "num_tokens": self._num_tokens,
             "shards": self._shards,
         }
+        if self.tokenizer is not None:
+            manifest["tokenizer"] = self.tokenizer
         tmp = self.path / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump(manifest, f, indent=1)
@@ -319,6 +327,7 @@ def write_corpus(
     eos_id: int | None = None,
     shard_tokens: int = 1 << 28,
     overwrite: bool = False,
+    tokenizer: dict[str, Any] | None = None,
 ) -> TokenShardSource:
     """Writes ``documents`` (each a 1-D sequence of ids) as a native corpus and opens it.
 
@@ -331,7 +340,7 @@ def write_corpus(
         ([[5, 6], [7]], 'uint16', 7)
     """
     options = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, shard_tokens=shard_tokens)
-    with CorpusWriter(path, overwrite=overwrite, **options) as writer:  # type: ignore[arg-type]
+    with CorpusWriter(path, overwrite=overwrite, tokenizer=tokenizer, **options) as writer:  # type: ignore[arg-type]
         for doc in documents:
             writer.add(doc)
     return open_corpus(path)
