@@ -189,20 +189,22 @@ _PROGRESS: Any = None  # the queue a worker process reports to
 def _init_worker(progress: Any) -> None:
     global _PROGRESS
     _PROGRESS = progress
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes already use every core
 
 
 def _worker_part(plan: BuildPlan, index: int, path: str) -> tuple[int, int]:
     return build_part(plan, index, path, report=lambda d, t: _PROGRESS.put((index, d, t)))
 
 
-def _one_part_plan(plan: BuildPlan, index: int) -> BuildPlan:
-    """The plan with only part ``index`` (what a task needs; pickles small)."""
-    parts = tuple(p if k == index else () for k, p in enumerate(plan.parts))
-    return dataclasses.replace(plan, parts=parts)
+def task_plan(plan: BuildPlan, index: int | None = None) -> BuildPlan:
+    """The plan as a worker runs it: a one-thread tokenizer (the workers already use every
+    core) and, with ``index``, only that part (a task then pickles small)."""
+    parts = plan.parts
+    if index is not None:
+        parts = tuple(p if k == index else () for k, p in enumerate(parts))
+    return dataclasses.replace(plan, parts=parts, tokenizer=plan.tokenizer.with_threads(1))
 
 
-class _Progress:
+class Progress:
     """A tqdm bar over tokens (its rate is tokens/s) with documents and parts as postfix."""
 
     def __init__(self, parts: int, done: int, enabled: bool) -> None:
@@ -367,11 +369,11 @@ def build_corpus(
         shard_tokens=shard_tokens,
     )
     with staging(out, plan, overwrite=overwrite) as todo:
-        bar = _Progress(len(plan.parts), len(plan.parts) - len(todo), progress)
+        bar = Progress(len(plan.parts), len(plan.parts) - len(todo), progress)
         try:
             if workers == 1 or len(todo) <= 1:
                 for path in todo:
-                    build_part(plan, _index(path), path, report=bar.update)
+                    build_part(plan, part_index(path), path, report=bar.update)
                     bar.part_done()
             else:
                 _run_processes(plan, todo, min(workers, len(todo)), bar)
@@ -380,15 +382,16 @@ def build_corpus(
         return finish(out, plan)
 
 
-def _index(path: Path) -> int:
+def part_index(path: Path) -> int:
+    """The index of the part at ``path`` (``.../part-00007`` -> 7)."""
     return int(path.name.split("-")[1])
 
 
-def _run_processes(plan: BuildPlan, todo: list[Path], workers: int, bar: _Progress) -> None:
+def _run_processes(plan: BuildPlan, todo: list[Path], workers: int, bar: Progress) -> None:
     """Builds the parts in ``workers`` spawned processes; the bar counts what they report."""
     context = multiprocessing.get_context("spawn")
     reports = context.Queue()
-    tasks = [(_one_part_plan(plan, _index(p)), _index(p), str(p)) for p in todo]
+    tasks = [(task_plan(plan, part_index(p)), part_index(p), str(p)) for p in todo]
     seen = {task[1]: [0, 0] for task in tasks}  # part -> reported (documents, tokens)
     with context.Pool(workers, initializer=_init_worker, initargs=(reports,)) as pool:
         pending = {task[1]: pool.apply_async(_worker_part, task) for task in tasks}

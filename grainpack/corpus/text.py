@@ -116,7 +116,10 @@ def _parquet_groups(path: Path, field: str) -> tuple[tuple[int, int], ...]:
     if str(kind) not in ("string", "large_string", "string_view"):
         raise ValueError(f"{path}: column {field!r} holds {kind}, expected strings (text)")
     groups = (meta.row_group(g) for g in range(meta.num_row_groups))
-    return tuple((g.num_rows, g.total_compressed_size) for g in groups)
+    return tuple(
+        (g.num_rows, sum(g.column(c).total_compressed_size for c in range(g.num_columns)))
+        for g in groups
+    )
 
 
 def find_inputs(inputs: PathLike | Sequence[PathLike], *, field: str = "text") -> list[InputFile]:
@@ -161,17 +164,14 @@ def find_inputs(inputs: PathLike | Sequence[PathLike], *, field: str = "text") -
 
 def _pieces(file: InputFile, lines: bool, part_bytes: int) -> list[TextSlice]:
     """The file cut into about ``part_bytes`` pieces where its format allows it."""
-    if file.format == "parquet":
-        sizes = [b for _, b in file.row_groups]
-        n = max(1, min(len(sizes), -(-sum(sizes) // part_bytes)))
-        bounds, total, k = [0], 0, 1
-        for g, b in enumerate(sizes[:-1], start=1):
-            total += b
-            if k < n and total >= k * sum(sizes) / n:
-                bounds.append(g)
-                k += 1
-        bounds.append(len(sizes))
-        return [TextSlice(file, a, b) for a, b in itertools.pairwise(bounds) if b > a]
+    if file.format == "parquet":  # consecutive row groups until a piece holds part_bytes
+        pieces, start, held = [], 0, 0
+        for g, (_, size) in enumerate(file.row_groups):
+            held += size
+            if held >= part_bytes or g == len(file.row_groups) - 1:
+                pieces.append(TextSlice(file, start, g + 1))
+                start, held = g + 1, 0
+        return pieces
     splittable = file.compression is None and (file.format == "jsonl" or lines)
     if not splittable or file.size <= part_bytes:
         return [TextSlice(file, 0, file.size if splittable else 0)]
@@ -185,10 +185,11 @@ def plan_parts(
 ) -> list[tuple[TextSlice, ...]]:
     """Splits the input into parts of about ``part_bytes`` bytes on disk, in input order.
 
-    A file of at least ``part_bytes`` starts a new part and is cut into
-    ``ceil(size / part_bytes)`` equal pieces (line files by bytes, a line belonging to the
-    piece where it starts; Parquet by row groups; compressed files stay whole); smaller files
-    are grouped in order until a part reaches ``part_bytes``.
+    A file of at least ``part_bytes`` starts a new part and is cut into pieces: a line file
+    into ``ceil(size / part_bytes)`` equal byte ranges (a line belongs to the range where it
+    starts), a Parquet file into runs of row groups of at least ``part_bytes`` (the last may
+    be smaller); compressed files stay whole. Smaller files are grouped in order until a
+    part reaches ``part_bytes``.
 
     Example:
         >>> f = InputFile("a.jsonl", "jsonl", None, 100, 0)

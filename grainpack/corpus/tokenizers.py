@@ -11,6 +11,7 @@ The libraries are optional extras (``pip install "grainpack[text]"``), imported 
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import os
 from collections.abc import Sequence
@@ -163,8 +164,11 @@ class Tokenizer:
             out.update(file=self.path.name, sha256=self.sha256)
         return {**out, "vocab_size": self.vocab_size, **self._options()}
 
-    def __getstate__(self) -> dict[str, Any]:
-        return self.__dict__.copy()  # the model lives in _MODELS, never in the pickle
+    def with_threads(self, threads: int | None) -> Tokenizer:
+        """A copy that lets the library use ``threads`` threads (``None``: its default)."""
+        other = copy.copy(self)
+        other.threads = threads
+        return other
 
     def __repr__(self) -> str:
         where = "" if self.path is None else f"{str(self.path)!r}, "
