@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from grainpack.corpus.build import build_corpus, merge_corpora
 from grainpack.corpus.convert import convert_corpus, convert_jsonl, convert_npy
 from grainpack.corpus.errors import CorpusError, CorpusExistsError, CorpusNotFoundError
 from grainpack.corpus.formats import open_corpus
@@ -123,6 +124,7 @@ __all__ = [
     "TokenShardSource",
     "UndecidedEpochError",
     "VerifyReport",
+    "build_corpus",
     "content_probabilities",
     "convert_corpus",
     "convert_jsonl",
@@ -133,6 +135,7 @@ __all__ = [
     "make_dataset",
     "make_eval_dataset",
     "make_global_batch",
+    "merge_corpora",
     "mixture_accounting",
     "open_corpus",
     "pack_documents",

@@ -105,7 +105,7 @@ def test_plan_is_a_pure_function_of_sizes():
         [("c.jsonl.gz", 0, 0)],  # compressed: whole
     ]
     assert parts[-1][0].size == gz.size
-    with pytest.raises(ValueError, match="part_bytes must be a positive int"):
+    with pytest.raises(ValueError, match="part_bytes must be a positive int or None"):
         plan_parts(small, part_bytes=0)
 
 

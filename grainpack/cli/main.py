@@ -32,7 +32,9 @@ EPILOG = {
   grainpack show-step 1200 --source en=corpus/en --source fr=corpus/fr \\
       --weight en=0.7 --weight fr=0.3 --block 2048 --batch-size 256
   grainpack show-step 1200 --config run.json --processes 4""",
-    "bench": "example:\n  grainpack bench --tokens 20000000 --json bench.json",
+    "bench": """examples:
+  grainpack bench --tokens 20000000 --json bench.json
+  grainpack bench --build --megabytes 100     (text -> corpus against the tokenizer alone)""",
     "demo": "example:\n  grainpack demo --steps 500",
 }
 
@@ -92,7 +94,9 @@ def _parser() -> argparse.ArgumentParser:
         "--eos", metavar="ID|TOKEN", help="append this end-of-document id or token to each"
     )
     text.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    text.add_argument("--part-bytes", type=int, default=32 << 20, help="input bytes per part")
+    text.add_argument(
+        "--part-bytes", type=int, help="input bytes per part (default: 1/256 of the input)"
+    )
     text.add_argument("--ray", action="store_true", help="build the parts with Ray Data tasks")
     text.add_argument("--ray-address", help="Ray cluster to use (default: RAY_ADDRESS or local)")
 
@@ -127,9 +131,13 @@ def _parser() -> argparse.ArgumentParser:
     p = command("bench", "measure throughput and index costs against baselines")
     p.add_argument("--tokens", type=int, default=200_000_000, help="corpus size")
     p.add_argument("--directory", help="where to write the corpus (default: cache folder)")
-    p.add_argument("--passes", type=int, default=5)
+    p.add_argument("--passes", type=int, help="passes (default 5; --build: 1)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument(
+        "--build", action="store_true", help="benchmark building a corpus from text instead"
+    )
+    p.add_argument("--megabytes", type=int, default=100, help="--build: MB of text")
 
     p = command("demo", "write the embedded two-language corpus and stream batches from it")
     p.add_argument("--steps", type=int, default=2000)
@@ -374,12 +382,17 @@ def _show_step(args: argparse.Namespace) -> None:
 
 
 def _bench(args: argparse.Namespace) -> None:
+    if args.build:
+        from grainpack.cli.bench_build import run_build_benchmark
+
+        run_build_benchmark(megabytes=args.megabytes, directory=args.directory, json_path=args.json)
+        return
     from grainpack.cli.bench import run_benchmarks
 
     run_benchmarks(
         tokens=args.tokens,
         directory=args.directory,
-        passes=args.passes,
+        passes=args.passes or 5,
         quick=args.quick,
         json_path=args.json,
     )

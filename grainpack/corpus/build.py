@@ -94,7 +94,7 @@ def plan_build(
     lines: bool = False,
     eos: int | str | None = None,
     dtype: str | None = None,
-    part_bytes: int = 32 << 20,
+    part_bytes: int | None = None,
     shard_tokens: int = 1 << 28,
 ) -> BuildPlan:
     """Checks the options and the input and splits it into parts (see :func:`build_corpus`).
@@ -310,7 +310,7 @@ def build_corpus(
     eos: int | str | None = None,
     dtype: str | None = None,
     workers: int | None = None,
-    part_bytes: int = 32 << 20,
+    part_bytes: int | None = None,
     shard_tokens: int = 1 << 28,
     overwrite: bool = False,
     progress: bool = False,
@@ -336,7 +336,8 @@ def build_corpus(
         dtype: ``"uint16"``/``"uint32"``; default: the smallest that holds the vocabulary.
         workers: Processes (default: every core); 1 builds in this process. Worker
             processes are spawned: a script needs the ``if __name__ == "__main__":`` guard.
-        part_bytes: Input bytes per part (the unit of parallel work; one shard each).
+        part_bytes: Input bytes per part, the unit of parallel work and one shard each
+            (default: a 256th of the input, at least 4 MiB and at most 1 GiB).
         shard_tokens: A part of more tokens is written as several shards.
         overwrite: Replace a corpus at ``out`` (it stays readable until the new manifest
             replaces it).

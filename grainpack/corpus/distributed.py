@@ -58,7 +58,7 @@ def build_corpus_ray(
     lines: bool = False,
     eos: int | str | None = None,
     dtype: str | None = None,
-    part_bytes: int = 32 << 20,
+    part_bytes: int | None = None,
     shard_tokens: int = 1 << 28,
     overwrite: bool = False,
     progress: bool = False,

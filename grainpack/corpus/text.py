@@ -9,8 +9,10 @@ plain-text file that is one document).
 A *part* is a run of slices of the input: a byte range of an uncompressed line file, a range
 of row groups of a Parquet file, or a whole file. :func:`plan_parts` is a pure function of
 the files (their order, sizes and Parquet metadata) and ``part_bytes``, never of the number
-of workers: a file of at least ``part_bytes`` is cut into equal pieces of it, smaller files
-are grouped until a part reaches ``part_bytes``.
+of workers: a file of at least ``part_bytes`` is cut into pieces of about that size, smaller
+files are grouped until a part reaches ``part_bytes``. By default ``part_bytes`` is a 256th of
+the input, at least 4 MiB and at most 1 GiB (:func:`default_part_bytes`): enough parts to
+keep every core busy to the end, few enough shards for a corpus of terabytes.
 """
 
 from __future__ import annotations
@@ -180,10 +182,22 @@ def _pieces(file: InputFile, lines: bool, part_bytes: int) -> list[TextSlice]:
     return [TextSlice(file, a, b) for a, b in itertools.pairwise(cuts)]
 
 
+def default_part_bytes(files: Sequence[InputFile]) -> int:
+    """A 256th of the input's bytes, clamped to [4 MiB, 1 GiB].
+
+    Example:
+        >>> default_part_bytes([InputFile("a.jsonl", "jsonl", None, 10**11, 0)]) / 2**20
+        372.5290298461914
+    """
+    return min(max(sum(f.size for f in files) // 256, 4 << 20), 1 << 30)
+
+
 def plan_parts(
-    files: Sequence[InputFile], *, lines: bool = False, part_bytes: int = 32 << 20
+    files: Sequence[InputFile], *, lines: bool = False, part_bytes: int | None = None
 ) -> list[tuple[TextSlice, ...]]:
     """Splits the input into parts of about ``part_bytes`` bytes on disk, in input order.
+
+    ``part_bytes=None`` is :func:`default_part_bytes`.
 
     A file of at least ``part_bytes`` starts a new part and is cut into pieces: a line file
     into ``ceil(size / part_bytes)`` equal byte ranges (a line belongs to the range where it
@@ -196,8 +210,10 @@ def plan_parts(
         >>> [(s.start, s.stop) for (s,) in plan_parts([f], part_bytes=40)]
         [(0, 33), (33, 66), (66, 100)]
     """
+    if part_bytes is None:
+        part_bytes = default_part_bytes(files)
     if not isinstance(part_bytes, int) or part_bytes < 1:
-        raise ValueError(f"part_bytes must be a positive int, got {part_bytes=}")
+        raise ValueError(f"part_bytes must be a positive int or None, got {part_bytes=}")
     parts: list[tuple[TextSlice, ...]] = []
     group: list[TextSlice] = []
     for file in files:
