@@ -339,8 +339,8 @@ def build_corpus(
         part_bytes: Input bytes per part, the unit of parallel work and one shard each
             (default: a 256th of the input, at least 4 MiB and at most 1 GiB).
         shard_tokens: A part of more tokens is written as several shards.
-        overwrite: Replace a corpus at ``out`` (it stays readable until the new manifest
-            replaces it).
+        overwrite: Replace a corpus at ``out`` (it stays readable while the parts are
+            built; the merge replaces it).
         progress: Show a progress bar (tokens, tokens/s, documents, parts).
 
     Raises:
