@@ -267,3 +267,15 @@ def test_killed_build_leaves_no_corpus_and_resumes(tmp_path, tokenizer_files):
     assert not (out / ".parts").exists()
     kept = [int(name.split("-")[1]) for name in done]
     assert all(os.stat(out / f"tokens-{k:05d}.bin").st_ino == done[f"part-{k:05d}"] for k in kept)
+
+
+def test_corpora_without_a_tokenizer_keep_their_fingerprint(tmp_path):
+    # Golden: the value before manifests could record a tokenizer (the key is only added
+    # when there is one). Update only with a corpus format version change.
+    src = gp.write_corpus(tmp_path / "a", [[1, 2], [3], []], vocab_size=10, eos_id=3)
+    assert src.fingerprint == "27d205c62e18c9bf9615627175042339f79edcfd3b0a1cf30d19269350150865"
+    assert src.tokenizer is None and "tokenizer" not in gp.read_manifest(tmp_path / "a")
+    named = gp.write_corpus(tmp_path / "b", [[1, 2], [3], []], tokenizer={"kind": "x"})
+    assert named.tokenizer == {"kind": "x"} and named.fingerprint != src.fingerprint
+    with pytest.raises(TypeError, match="tokenizer must be a dict"):
+        gp.write_corpus(tmp_path / "c", [[1]], tokenizer="bytes")
