@@ -279,3 +279,7 @@ def test_corpora_without_a_tokenizer_keep_their_fingerprint(tmp_path):
     assert named.tokenizer == {"kind": "x"} and named.fingerprint != src.fingerprint
     with pytest.raises(TypeError, match="tokenizer must be a dict"):
         gp.write_corpus(tmp_path / "c", [[1]], tokenizer="bytes")
+    manifest = tmp_path / "b" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('{\n  "kind": "x"\n }', '"x"'))
+    with pytest.raises(gp.CorpusError, match=r"tokenizer='x' \(expected an object"):
+        gp.open_corpus(tmp_path / "b")

@@ -183,3 +183,18 @@ def test_build_plain_text_needs_a_tokenizer(tmp_path, capsys):
     (tmp_path / "a.txt").write_text("hi")
     assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o")]) == 1
     assert "text needs --tokenizer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["bytes", "huggingface", "sentencepiece", "tiktoken"])
+def test_build_with_each_tokenizer_gives_its_encode(tmp_path, capsys, tokenizer_files, kind):
+    from test_build import TEXTS, expected_ids, write_input
+
+    source = write_input(tmp_path / "docs.jsonl.gz", TEXTS)
+    tokenizer = "bytes" if kind == "bytes" else str(tokenizer_files[kind])
+    argv = ["build", str(source), "--tokenizer", tokenizer, "--eos", "2", "-o", str(tmp_path / "o")]
+    assert main(argv) == 0
+    assert [d.tolist() for d in gp.open_corpus(tmp_path / "o")] == expected_ids(tokenizer, TEXTS, 2)
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "o"), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["tokenizer"]["kind"] == kind and stats["eos_id"] == 2
