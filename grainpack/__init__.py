@@ -26,6 +26,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from grainpack.corpus.build import build_corpus, merge_corpora
     from grainpack.corpus.convert import convert_corpus, convert_jsonl, convert_npy
     from grainpack.corpus.errors import CorpusError, CorpusExistsError, CorpusNotFoundError
     from grainpack.corpus.formats import open_corpus
@@ -78,6 +79,8 @@ __version__ = "0.1.0"
 # Every public name, loaded on first use: `import grainpack` costs (almost) nothing, and
 # nothing imports Grain, JAX or Orbax until a name that needs them is used.
 _PUBLIC = {
+    "build_corpus": "grainpack.corpus.build",
+    "merge_corpora": "grainpack.corpus.build",
     "convert_corpus": "grainpack.corpus.convert",
     "convert_jsonl": "grainpack.corpus.convert",
     "convert_npy": "grainpack.corpus.convert",
@@ -173,6 +176,7 @@ __all__ = [
     "TokenShardSource",
     "UndecidedEpochError",
     "VerifyReport",
+    "build_corpus",
     "content_probabilities",
     "convert_corpus",
     "convert_jsonl",
@@ -183,6 +187,7 @@ __all__ = [
     "make_dataset",
     "make_eval_dataset",
     "make_global_batch",
+    "merge_corpora",
     "mixture_accounting",
     "open_corpus",
     "pack_documents",

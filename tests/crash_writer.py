@@ -39,7 +39,7 @@ import numpy as np
 
 from grainpack.corpus import writer as writer_module
 from grainpack.corpus.errors import CorpusExistsError
-from grainpack.corpus.writer import CorpusWriter
+from grainpack.corpus.writer import CorpusWriter, Transaction
 
 
 def documents(seed: int, count: int) -> Iterator[np.ndarray]:
@@ -58,14 +58,14 @@ def sleep_until_killed() -> None:
 def pause_at(moment: str | None, say: Callable[[str], None]) -> None:
     """Makes ``close()`` stop before (``publish``) or after (``published``) its rename."""
     if moment == "publish":
-        publish = CorpusWriter._publish
+        rename = Transaction._rename
 
-        def before(self: CorpusWriter) -> None:
+        def before(self: Transaction) -> None:
             say("publishing")
             sleep_until_killed()
-            publish(self)
+            rename(self)
 
-        CorpusWriter._publish = before  # type: ignore[method-assign]
+        Transaction._rename = before  # type: ignore[method-assign]
     elif moment == "published":
         renameat2 = writer_module._renameat2
 

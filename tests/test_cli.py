@@ -184,3 +184,60 @@ def test_demo_streams_batches(tmp_path, capsys):
     assert main(["demo", "--steps", "5", "--directory", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "tokens/s" in out and "realized" in out and " el " in out
+
+
+def test_build_text_inspect_and_merge(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_text('{"text": "hi"}\n{"text": "é"}\n')
+    (tmp_path / "b.txt").write_text("one\ntwo\n")
+    argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--eos", "256"]
+    assert main([*argv, "--workers", "1", "-o", str(tmp_path / "a")]) == 0
+    assert "2 documents, 6 tokens, uint16" in capsys.readouterr().out
+    argv = ["build", str(tmp_path / "b.txt"), "--tokenizer", "bytes", "--eos", "256", "--lines"]
+    assert main([*argv, "-o", str(tmp_path / "b")]) == 0
+    assert main(["inspect", str(tmp_path / "a")]) == 0
+    assert "kind=bytes  vocab_size=256  eos_appended=True" in capsys.readouterr().out
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "m")]) == 0
+    assert "4 documents, 14 tokens in 2 shard(s) hard-linked" in capsys.readouterr().out
+    assert [d.tolist() for d in gp.open_corpus(tmp_path / "m")][2:] == [
+        [111, 110, 101, 256],
+        [116, 119, 111, 256],
+    ]
+    assert main(["merge", str(tmp_path / "a"), "-o", str(tmp_path / "m")]) == 1
+    assert "already holds a corpus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--lines"], "--lines need --tokenizer"),  # text options without a tokenizer
+        (["--tokenizer", "bytes", "--eos-id", "3"], "use --eos ID|TOKEN"),
+        (["--tokenizer", "vocab.txt"], "expected 'bytes', a tokenizer.json"),
+        (["--tokenizer", "bytes", "--field", "body"], "no text in field='body'"),
+    ],
+)
+def test_build_text_errors_exit_1(tmp_path, capsys, extra, message):
+    (tmp_path / "a.jsonl").write_text('{"text": "hi"}\n')
+    assert main(["build", str(tmp_path / "a.jsonl"), "-o", str(tmp_path / "o"), *extra]) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_build_plain_text_needs_a_tokenizer(tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("hi")
+    assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o")]) == 1
+    assert "text needs --tokenizer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["bytes", "huggingface", "sentencepiece", "tiktoken"])
+def test_build_with_each_tokenizer_gives_its_encode(tmp_path, capsys, tokenizer_files, kind):
+    from test_build import TEXTS, expected_ids, write_input
+
+    source = write_input(tmp_path / "docs.jsonl.gz", TEXTS)
+    tokenizer = "bytes" if kind == "bytes" else str(tokenizer_files[kind])
+    argv = ["build", str(source), "--tokenizer", tokenizer, "--eos", "2", "-o", str(tmp_path / "o")]
+    assert main(argv) == 0
+    assert [d.tolist() for d in gp.open_corpus(tmp_path / "o")] == expected_ids(tokenizer, TEXTS, 2)
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "o"), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["tokenizer"]["kind"] == kind and stats["eos_id"] == 2

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import tempfile
 from pathlib import Path
+
+import grainpack as gp
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -14,15 +18,23 @@ def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README, flags=re.S)
 
 
+def block(containing: str, language: str = "python") -> str:
+    """The README's one code block that contains ``containing``."""
+    (found,) = [
+        b for b in re.findall(rf"```{language}\n(.*?)```", README, flags=re.S) if containing in b
+    ]
+    return found
+
+
 def test_usage_and_curriculum_snippets_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     namespace: dict = {}
-    exec(python_blocks()[0], namespace)
+    exec(block("gp.write_corpus"), namespace)
     assert namespace["batch"]["inputs"].shape == (256, 2048)
     assert list(tmp_path.iterdir()) != [] and not (tmp_path / "corpus").exists()
     assert namespace["state"]["step"] == 1
-    exec(python_blocks()[1], namespace)  # the curriculum block, on the usage block's corpus
+    exec(block("gp.LengthBuckets"), namespace)  # the curriculum block, on the usage corpus
     gp = namespace["gp"]
     batch = next(iter(gp.make_dataset(namespace["config"], process_index=0, process_count=1)))
     assert batch["inputs"].shape == (256, 2048)
@@ -31,3 +43,26 @@ def test_usage_and_curriculum_snippets_run(tmp_path, monkeypatch):
 def test_readme_training_loop_is_the_tested_example():
     example = (ROOT / "examples" / "train_loop.py").read_text()
     assert f"```python\n{example}```" in README
+
+
+def test_text_to_training_runs(tmp_path, monkeypatch, tokenizer_files):
+    """The section's build command, then its training loop with a stand-in train step."""
+    import shlex
+
+    from grainpack.cli.main import main
+    from grainpack.demo import documents
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    lines = "".join(json.dumps({"text": text}) + "\n" for text in documents("en"))
+    (tmp_path / "data" / "docs.jsonl").write_text(lines)
+    shutil.copy(tokenizer_files["huggingface"], tmp_path / "tokenizer.json")
+    build = [
+        line for line in block('pip install -e ".[text]"', "bash").splitlines() if "build" in line
+    ]
+    assert main(shlex.split(build[0])[1:]) == 0
+    steps = []
+    namespace = {"num_steps": 2, "params": 0, "train_step": lambda p, b: steps.append(b) or (p, 0)}
+    exec(block("for step in range(num_steps)"), namespace)
+    assert [b["inputs"].shape for b in steps] == [(256, 2048)] * 2
+    assert gp.open_corpus("corpus/en").tokenizer["file"] == "tokenizer.json"

@@ -120,6 +120,7 @@ def test_describe_corpus_statistics(tmp_path):
         "shards": 3,
         "empty_documents": 2,
         "max_token_id": 11,
+        "tokenizer": None,  # written from ids: no tokenizer recorded
     }
     json.dumps(stats)  # plain types only
 

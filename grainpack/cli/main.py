@@ -1,4 +1,4 @@
-"""The ``grainpack`` command: build, inspect, verify, show-step, bench and demo.
+"""The ``grainpack`` command: build, merge, inspect, verify, show-step, bench and demo.
 
 Exit codes: 0 success, 1 the data or the request is bad (the message says what and how to
 fix it), 2 the command line is malformed.
@@ -16,17 +16,26 @@ from typing import Any
 
 EPILOG = {
     "build": """examples:
+  grainpack build data/*.jsonl.zst --tokenizer tokenizer.json --eos "</s>" -o corpus/
+  grainpack build 'data/**/*.parquet' --tokenizer spm.model --field content -o corpus/
+  grainpack build books/ --tokenizer bytes --eos 256 -o corpus/       (.txt: one per file)
+  grainpack build data/ --tokenizer cl100k_base.tiktoken --ray -o /shared/corpus/
+  (text uses every core; the corpus is the same for any --workers and for --ray)
   grainpack build shards/*.npy -o corpus/ --dtype uint32 --vocab-size 100277
   grainpack build data.jsonl --field input_ids -o corpus/
   grainpack build /data/megatron/text_document -o corpus/     (a Megatron .bin/.idx prefix)
   grainpack build seed_layout_dir/ -o corpus/ --eos-id 0      (index.json + raw uint16)""",
+    "merge": """example (hard-links the shard files, so PARTS and -o share a file system):
+  grainpack merge part-a/ part-b/ -o corpus/""",
     "inspect": "example:\n  grainpack inspect corpus/ --json",
     "verify": "example:\n  grainpack verify corpus/ && echo intact",
     "show-step": """examples:
   grainpack show-step 1200 --source en=corpus/en --source fr=corpus/fr \\
       --weight en=0.7 --weight fr=0.3 --block 2048 --batch-size 256
   grainpack show-step 1200 --config run.json --processes 4""",
-    "bench": "example:\n  grainpack bench --tokens 20000000 --json bench.json",
+    "bench": """examples:
+  grainpack bench --tokens 20000000 --json bench.json
+  grainpack bench --build --megabytes 100     (text -> corpus against the tokenizer alone)""",
     "demo": "example:\n  grainpack demo --steps 500",
 }
 
@@ -55,11 +64,13 @@ def _parser() -> argparse.ArgumentParser:
             name, help=text, description=text, epilog=EPILOG[name], formatter_class=fmt
         )
 
-    p = command("build", "convert token data into the native corpus format")
+    p = command("build", "tokenize text, or convert token data, into the native corpus format")
     p.add_argument(
         "inputs",
         nargs="+",
-        help=".npy files, .jsonl(.gz) files, a Megatron prefix or a seed-layout directory",
+        help="with --tokenizer: .jsonl(.gz/.zst), .parquet, .txt(.gz/.zst) files, directories "
+        "or globs; else: .npy files, .jsonl(.gz) files of ids, a Megatron prefix or a "
+        "seed-layout directory",
     )
     p.add_argument("-o", "--output", required=True, help="corpus directory to write")
     p.add_argument(
@@ -77,10 +88,37 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="seed layout: split documents after this token; recorded in the manifest",
     )
-    p.add_argument("--field", default="input_ids", help="JSON-lines field with the token ids")
+    p.add_argument(
+        "--field",
+        default=None,
+        help="JSON field / Parquet column: the text (default text) or the ids (input_ids)",
+    )
     p.add_argument(
         "--shard-tokens", type=int, default=1 << 28, help="tokens per shard file at most"
     )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing corpus")
+    text = p.add_argument_group("text inputs")
+    text.add_argument(
+        "--tokenizer",
+        metavar="SPEC",
+        help="bytes, a tokenizer.json, a SentencePiece .model, a .tiktoken ranks file, or "
+        "KIND:PATH (huggingface, sentencepiece, tiktoken)",
+    )
+    text.add_argument("--tiktoken-pattern", help="split regex or encoding name for tiktoken")
+    text.add_argument("--lines", action="store_true", help=".txt: one document per line")
+    text.add_argument(
+        "--eos", metavar="ID|TOKEN", help="append this end-of-document id or token to each"
+    )
+    text.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    text.add_argument(
+        "--part-bytes", type=int, help="input bytes per part (default: 1/256 of the input)"
+    )
+    text.add_argument("--ray", action="store_true", help="build the parts with Ray Data tasks")
+    text.add_argument("--ray-address", help="Ray cluster to use (default: RAY_ADDRESS or local)")
+
+    p = command("merge", "combine corpora into one without copying tokens (hard links)")
+    p.add_argument("parts", nargs="+", help="native corpus directories, in document order")
+    p.add_argument("-o", "--output", required=True, help="corpus directory to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing corpus")
 
     corpus_path = (
@@ -134,9 +172,15 @@ def _parser() -> argparse.ArgumentParser:
         help="where to write the benchmark corpus, kept for the next run "
         "(default: $GRAINPACK_CACHE or ~/.cache/grainpack/bench; 2 bytes a token)",
     )
-    p.add_argument("--passes", type=_positive, default=5, help="timed passes per figure")
+    p.add_argument(
+        "--passes", type=_positive, help="timed passes per figure (default 5; --build: 1)"
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument(
+        "--build", action="store_true", help="benchmark building a corpus from text instead"
+    )
+    p.add_argument("--megabytes", type=int, default=100, help="--build: MB of text")
 
     p = command("demo", "write the embedded two-language corpus and stream batches from it")
     p.add_argument("--steps", type=_positive, default=2000, help="batches to stream")
@@ -252,7 +296,67 @@ def _token_files(inputs: list[Path]) -> list[Path]:
     return files
 
 
+TEXT_SUFFIXES = (".txt", ".txt.gz", ".txt.zst", ".parquet", ".jsonl.zst")
+TEXT_ONLY = ("tiktoken_pattern", "lines", "eos", "workers", "ray", "ray_address")
+
+
 def _build(args: argparse.Namespace) -> None:
+    if args.tokenizer is not None:
+        try:
+            _build_text(args)
+        except ImportError as err:  # an optional extra is missing: the message says which
+            raise ValueError(str(err)) from err
+        return
+    given = [f"--{k.replace('_', '-')}" for k in TEXT_ONLY if getattr(args, k) not in (None, False)]
+    if given:
+        raise ValueError(f"{', '.join(given)} need --tokenizer (they apply to text inputs)")
+    _build_ids(args)
+
+
+def _build_text(args: argparse.Namespace) -> None:
+    from grainpack.corpus.build import build_corpus
+    from grainpack.corpus.distributed import build_corpus_ray
+    from grainpack.corpus.tokenizers import load_tokenizer
+
+    if args.eos_id is not None or args.vocab_size is not None:
+        raise ValueError(
+            "with --tokenizer the vocabulary comes from the tokenizer: drop --vocab-size, and "
+            "use --eos ID|TOKEN (appended to every document) instead of --eos-id"
+        )
+    options = {"pattern": args.tiktoken_pattern} if args.tiktoken_pattern else {}
+    tokenizer = load_tokenizer(args.tokenizer, **options)
+    kwargs = dict(
+        tokenizer=tokenizer,
+        field=args.field or "text",
+        lines=args.lines,
+        eos=args.eos,
+        dtype=args.dtype,
+        part_bytes=args.part_bytes,
+        shard_tokens=args.shard_tokens,
+        overwrite=args.overwrite,
+        progress=True,
+    )
+    if args.ray:
+        src = build_corpus_ray(args.inputs, args.output, address=args.ray_address, **kwargs)
+    else:
+        src = build_corpus(args.inputs, args.output, workers=args.workers, **kwargs)
+    print(
+        f"wrote {args.output}: {src.num_documents:,} documents, {src.num_tokens:,} tokens, "
+        f"{src.dtype}, {len(src.shards)} shard(s), tokenizer {tokenizer!r}"
+    )
+
+
+def _merge(args: argparse.Namespace) -> None:
+    from grainpack.corpus.build import merge_corpora
+
+    src = merge_corpora(args.parts, args.output, overwrite=args.overwrite)
+    print(
+        f"wrote {args.output}: {src.num_documents:,} documents, {src.num_tokens:,} tokens in "
+        f"{len(src.shards)} shard(s) hard-linked from {len(args.parts)} corpora"
+    )
+
+
+def _build_ids(args: argparse.Namespace) -> None:
     from grainpack.corpus import convert
 
     inputs = _token_files([Path(p) for p in args.inputs])
@@ -267,14 +371,18 @@ def _build(args: argparse.Namespace) -> None:
         src = convert.convert_npy(inputs, args.output, dtype=args.dtype or "uint16", **options)
     elif all(p.name.endswith((".jsonl", ".jsonl.gz")) for p in inputs):
         src = convert.convert_jsonl(
-            inputs, args.output, field=args.field, dtype=args.dtype or "uint16", **options
+            inputs,
+            args.output,
+            field=args.field or "input_ids",
+            dtype=args.dtype or "uint16",
+            **options,
         )
-    elif len(inputs) == 1:
+    elif len(inputs) == 1 and not inputs[0].name.endswith(TEXT_SUFFIXES):
         src = convert.convert_corpus(inputs[0], args.output, dtype=args.dtype, **options)
     else:
         raise ValueError(
             "inputs must be .npy files, .jsonl(.gz) files, or one Megatron prefix / seed-layout "
-            f"directory; got {args.inputs}"
+            f"directory; got {args.inputs} (text needs --tokenizer)"
         )
     print(
         f"wrote {args.output}: {src.num_documents:,} documents, {src.num_tokens:,} tokens, "
@@ -292,7 +400,9 @@ def _inspect(args: argparse.Namespace) -> None:
         return
     for key, value in stats.items():
         if isinstance(value, dict):
-            value = "  ".join(f"{k}={v:,.6g}" for k, v in value.items())
+            value = "  ".join(
+                f"{k}={v:,.6g}" if type(v) in (int, float) else f"{k}={v}" for k, v in value.items()
+            )
         elif isinstance(value, int):
             value = f"{value:,}"
         print(f"{key:>24}  {value}")
@@ -393,12 +503,17 @@ def _number(x: float) -> float | None:
 
 
 def _bench(args: argparse.Namespace) -> None:
+    if args.build:
+        from grainpack.cli.bench_build import run_build_benchmark
+
+        run_build_benchmark(megabytes=args.megabytes, directory=args.directory, json_path=args.json)
+        return
     from grainpack.cli.bench import run_benchmarks
 
     run_benchmarks(
         tokens=args.tokens,
         directory=args.directory,
-        passes=args.passes,
+        passes=args.passes or 5,
         quick=args.quick,
         json_path=args.json,
     )
@@ -412,6 +527,7 @@ def _demo(args: argparse.Namespace) -> None:
 
 COMMANDS = {
     "build": _build,
+    "merge": _merge,
     "inspect": _inspect,
     "verify": _verify,
     "show-step": _show_step,

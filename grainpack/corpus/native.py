@@ -10,7 +10,7 @@ Native format (version 1), one directory::
                           "num_tokens": int, "shards": [{"tokens_file", "offsets_file",
                           "num_tokens", "num_documents", "tokens_sha256", "offsets_sha256"}],
                           optional (written since they exist): "max_token_id": int|null,
-                          "content_sha256": hex}
+                          "content_sha256": hex, "tokenizer": {"kind", "file", "sha256", ...}}
     tokens-00000.bin     raw little-endian token ids of shard 0, documents back to back
     offsets-00000.bin    raw little-endian int64, num_documents + 1 shard-local offsets:
                          first 0, last = the shard's num_tokens; document j of the shard is
@@ -160,6 +160,8 @@ def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any
         isinstance(m["content_sha256"], str) and _HEX64.fullmatch(m["content_sha256"])
     ):
         problems.append(f"content_sha256={m['content_sha256']!r} (expected 64 hex digits)")
+    if not isinstance(m.get("tokenizer", {}), dict):
+        problems.append(f"tokenizer={m['tokenizer']!r} (expected an object, or no key)")
     shards = m.get("shards")
     if not isinstance(shards, list):
         problems.append(f"shards={shards!r} (expected a list)")
@@ -319,4 +321,5 @@ def _open_native_at(path: Path, dir_fd: int, eos_id: int | None) -> TokenShardSo
         vocab_size=m["vocab_size"],
         eos_id=m["eos_id"] if eos_id is None else eos_id,
         max_token_id=m.get("max_token_id"),
+        tokenizer=m.get("tokenizer"),
     )

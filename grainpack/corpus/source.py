@@ -288,6 +288,7 @@ class TokenShardSource:
         vocab_size: Vocabulary size if known.
         eos_id: End-of-document token id if known (required by ``"eos"`` shards).
         max_token_id: Largest token id if recorded (native corpora written since it is).
+        tokenizer: The tokenizer a native corpus records (kind, file, sha256, ...), if any.
 
     Example:
         >>> import tempfile
@@ -306,6 +307,7 @@ class TokenShardSource:
         vocab_size: int | None = None,
         eos_id: int | None = None,
         max_token_id: int | None = None,
+        tokenizer: dict[str, Any] | None = None,
     ) -> None:
         if not all(isinstance(s, ShardRecord) for s in shards):
             raise TypeError(f"shards must be ShardRecord objects, got {list(map(type, shards))}")
@@ -319,6 +321,7 @@ class TokenShardSource:
         self._vocab_size = vocab_size
         self._eos_id = eos_id
         self._max_token_id = max_token_id
+        self._tokenizer = tokenizer
         self._reset()
 
     def _reset(self) -> None:
@@ -396,6 +399,11 @@ class TokenShardSource:
         if self._max_token_id is not None:
             bound = min(bound, self._max_token_id)
         return bound
+
+    @property
+    def tokenizer(self) -> dict[str, Any] | None:
+        """The tokenizer recorded by the corpus (``None`` if it records none)."""
+        return self._tokenizer
 
     @property
     def fingerprint(self) -> str:

@@ -249,8 +249,9 @@ def describe_corpus(
 
     Keys: ``documents``, ``tokens``, ``dtype``, ``vocab_size``, ``eos_id``, ``shards``,
     ``fingerprint``, ``empty_documents``, ``length`` (document-length ``p0``, ``p50``, ``p90``,
-    ``p99``, ``p100`` by linear interpolation, and ``mean``; ``None`` without documents) and
-    ``max_token_id`` (chunked scan of the tokens; ``None`` without tokens).
+    ``p99``, ``p100`` by linear interpolation, and ``mean``; ``None`` without documents),
+    ``max_token_id`` (chunked scan of the tokens; ``None`` without tokens) and ``tokenizer``
+    (what the corpus records about its tokenizer, or ``None``).
 
     Example:
         >>> import tempfile
@@ -284,4 +285,5 @@ def describe_corpus(
         "empty_documents": int((lengths == 0).sum()),
         "length": length,
         "max_token_id": high,
+        "tokenizer": source.tokenizer,
     }

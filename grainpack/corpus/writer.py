@@ -365,6 +365,85 @@ def _replaceable(target: Path, overwrite: bool) -> bool:
     return True
 
 
+class Transaction:
+    """One write of the corpus at ``path``: a private staging folder next to it, under an
+    exclusive lock, published by one atomic rename (see the module docstring).
+
+    :class:`CorpusWriter` writes through one; so does anything that assembles a corpus
+    from existing files (``merge_corpora``). An unpublished transaction (an exception, a
+    forgotten ``publish``, a dead process) changes nothing at ``path``.
+
+    Args:
+        path: The corpus directory to write (see :class:`CorpusWriter`).
+        overwrite: Replace a complete corpus at ``path``.
+    """
+
+    def __init__(self, path: PathLike, *, overwrite: bool) -> None:
+        self.path, self.overwrite = Path(path), overwrite
+        self.target = target = _target(self.path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._lock = _Lock(target)
+        except CorpusError:
+            raise
+        except OSError as err:
+            raise os_error(err, "cannot write a corpus at") from err
+        try:
+            _recover(target)
+            _replaceable(target, overwrite)
+            self._token = f"{os.getpid()}-{secrets.token_hex(4)}"
+            self.staging = target.parent / f".{target.name}.tmp-{self._token}"
+            self.staging.mkdir()
+        except BaseException as err:
+            self._lock.release()
+            if isinstance(err, OSError) and not isinstance(err, CorpusError):
+                raise os_error(err, "cannot write a corpus at") from err
+            raise
+        # An unpublished transaction (an exception without ``with``, a forgotten close) is
+        # aborted when it is collected or the interpreter exits.
+        self._cleanup = weakref.finalize(self, _abandon, self.staging, self._lock)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """Writes ``manifest.json`` into the staging folder, durably."""
+        with open(self.staging / MANIFEST_NAME, "w") as f:
+            json.dump(manifest, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(self.staging)
+
+    def publish(self) -> None:
+        """One atomic rename of the staging folder to the target; releases the lock."""
+        try:
+            self._rename()
+        except BaseException as err:
+            self.abort()
+            if isinstance(err, OSError) and not isinstance(err, CorpusError):
+                raise os_error(err, f"writing {self.path} (nothing was published) in") from err
+            raise
+        self._cleanup.detach()
+        self._lock.release()
+
+    def _rename(self) -> None:
+        target, staging = self.target, self.staging
+        if not _replaceable(target, self.overwrite):
+            if not _renameat2(staging, target, _RENAME_NOREPLACE):
+                os.rename(staging, target)  # under the lock: no grainpack writer races it
+        elif not _renameat2(staging, target, _RENAME_EXCHANGE):
+            aside = target.parent / f".{target.name}.old-{self._token}"
+            os.rename(target, aside)
+            os.rename(staging, target)  # a crash before this line: the next write restores
+            staging = aside
+        _fsync_dir(target.parent)
+        # The replaced folder: readers that mapped its files keep them until they unmap.
+        if staging.exists():
+            shutil.rmtree(staging)
+
+    def abort(self) -> None:
+        """Removes the staging folder and releases the lock; nothing at ``path`` changes."""
+        self._cleanup()
+
+
 class CorpusWriter:
     """Writes a native corpus document by document, as one transaction.
 
@@ -384,6 +463,8 @@ class CorpusWriter:
         shard_tokens: Token budget per shard file.
         overwrite: Replace a complete corpus at ``path``; it stays readable (and is what
             ``path`` holds) until the new one is complete.
+        tokenizer: What made the ids (a JSON object, e.g. ``Tokenizer.identity()``): recorded
+            in the manifest under ``"tokenizer"`` (omitted when ``None``).
 
     Raises:
         CorpusExistsError: ``path`` holds a corpus and ``overwrite`` is false, holds other
@@ -407,7 +488,11 @@ class CorpusWriter:
         eos_id: int | None = None,
         shard_tokens: int = 1 << 28,
         overwrite: bool = False,
+        tokenizer: dict[str, Any] | None = None,
     ) -> None:
+        if tokenizer is not None and not isinstance(tokenizer, dict):
+            raise TypeError(f"tokenizer must be a dict (JSON object) or None, got {tokenizer!r}")
+        self.tokenizer = None if tokenizer is None else json.loads(json.dumps(tokenizer))
         vocab_size, eos_id, shard_tokens = (
             plain_int(vocab_size),
             plain_int(eos_id),
@@ -416,28 +501,8 @@ class CorpusWriter:
         self._dtype = _check_options(dtype, vocab_size, eos_id, shard_tokens)
         self.path, self.vocab_size, self.eos_id = Path(path), vocab_size, eos_id
         self.shard_tokens, self.overwrite = shard_tokens, overwrite
-        self._target = target = _target(self.path)
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            self._lock = _Lock(target)
-        except CorpusError:
-            raise
-        except OSError as err:
-            raise os_error(err, "cannot write a corpus at") from err
-        try:
-            _recover(target)
-            _replaceable(target, overwrite)
-            self._token = f"{os.getpid()}-{secrets.token_hex(4)}"
-            self._staging = target.parent / f".{target.name}.tmp-{self._token}"
-            self._staging.mkdir()
-        except BaseException as err:
-            self._lock.release()
-            if isinstance(err, OSError) and not isinstance(err, CorpusError):
-                raise os_error(err, "cannot write a corpus at") from err
-            raise
-        # An unclosed writer (an exception without ``with``, a forgotten close) is aborted
-        # when it is collected or the interpreter exits.
-        self._cleanup = weakref.finalize(self, _abandon, self._staging, self._lock)
+        self._transaction = Transaction(self.path, overwrite=overwrite)
+        self._staging = self._transaction.staging
         self._shards: list[dict[str, Any]] = []
         self._current: _ShardFiles | None = None
         self._num_documents = self._num_tokens = 0
@@ -483,20 +548,18 @@ class CorpusWriter:
         self._closed = True
         try:
             self._finish()
-            self._publish()
         except BaseException as err:
-            self._cleanup()
+            self._transaction.abort()
             if isinstance(err, OSError) and not isinstance(err, CorpusError):
                 raise os_error(err, f"writing {self.path} (nothing was published) in") from err
             raise
-        self._cleanup.detach()
-        self._lock.release()
+        self._transaction.publish()
 
     def _finish(self) -> None:
         if self._current is not None:
             self._shards.append(self._current.finish())
             self._current = None
-        manifest = {
+        manifest: dict[str, Any] = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "dtype": self._dtype.name,
@@ -510,28 +573,9 @@ class CorpusWriter:
             ),
             "shards": self._shards,
         }
-        with open(self._staging / MANIFEST_NAME, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(self._staging)
-
-    def _publish(self) -> None:
-        """One atomic rename of the staging folder to the target (see the module)."""
-        target, staging = self._target, self._staging
-        if not _replaceable(target, self.overwrite):
-            if not _renameat2(staging, target, _RENAME_NOREPLACE):
-                os.rename(staging, target)  # under the lock: no grainpack writer races it
-        elif not _renameat2(staging, target, _RENAME_EXCHANGE):
-            aside = target.parent / f".{target.name}.old-{self._token}"
-            os.rename(target, aside)
-            os.rename(staging, target)  # a crash before this line: the next write restores
-            staging = aside
-        _fsync_dir(target.parent)
-        # The replaced folder: readers that mapped its files keep them until they unmap.
-        if staging.exists():
-            shutil.rmtree(staging)
+        if self.tokenizer is not None:
+            manifest["tokenizer"] = self.tokenizer
+        self._transaction.write_manifest(manifest)
 
     def abort(self) -> None:
         """Stops writing: removes what was written; nothing at ``path`` changes."""
@@ -541,7 +585,7 @@ class CorpusWriter:
         if self._current is not None:
             self._current.close()
             self._current = None
-        self._cleanup()
+        self._transaction.abort()
 
     def __enter__(self) -> CorpusWriter:
         return self
@@ -573,6 +617,7 @@ def write_corpus(
     eos_id: int | None = None,
     shard_tokens: int = 1 << 28,
     overwrite: bool = False,
+    tokenizer: dict[str, Any] | None = None,
 ) -> TokenShardSource:
     """Writes ``documents`` (each a 1-D sequence of ids) as a native corpus and opens it.
 
@@ -590,7 +635,7 @@ def write_corpus(
         [[7]]
     """
     options = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, shard_tokens=shard_tokens)
-    with CorpusWriter(path, overwrite=overwrite, **options) as writer:  # type: ignore[arg-type]
+    with CorpusWriter(path, overwrite=overwrite, tokenizer=tokenizer, **options) as writer:  # type: ignore[arg-type]
         for doc in documents:
             writer.add(doc)
     return open_corpus(path)

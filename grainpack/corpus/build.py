@@ -1,0 +1,503 @@
+"""Corpora from text: tokenize parts of the input in parallel, then merge them.
+
+::
+
+    inputs ──plan_parts──▶ parts (fixed slices of the input, whatever the worker count)
+    part k ──tokenize, CorpusWriter──▶ .OUT.parts/part-0000k/  (a complete native corpus)
+    parts ──merge_corpora──▶ OUT: shard files hard-linked in part order, manifest last
+
+Documents keep input order and the parts do not depend on the number of workers, so the
+corpus (its manifest, hence its fingerprint) is the same for 1 worker, N workers or a Ray
+cluster. Until the merged manifest is published, ``OUT`` does not open as a corpus; a killed
+build is resumed by running it again (complete parts of the same plan are kept), and a
+failed one (bad input) removes what it wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import queue
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tqdm
+
+from grainpack.corpus.errors import CorpusError, CorpusExistsError
+from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.native import MANIFEST_NAME, read_manifest
+from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
+from grainpack.corpus.tokenizers import Tokenizer, load_tokenizer
+from grainpack.corpus.writer import CorpusWriter, Transaction
+
+__all__ = ["BuildPlan", "build_corpus", "build_part", "merge_corpora", "plan_build"]
+
+PathLike = str | os.PathLike[str]
+PLAN_VERSION = 1
+BATCH_CHARS = 1 << 20  # texts per encode_batch call: about 1 MiB of text
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildPlan:
+    """Everything that decides the corpus: the parts, the tokenizer and the writer options.
+
+    ``key`` hashes all of it (with each file's path, size and modification time): a resumed
+    build keeps only parts written under the same key.
+    """
+
+    parts: tuple[tuple[TextSlice, ...], ...]
+    tokenizer: Tokenizer
+    field: str
+    lines: bool
+    eos_id: int | None
+    dtype: str
+    vocab_size: int
+    shard_tokens: int
+    key: str
+
+    def writer_options(self) -> dict[str, Any]:
+        """Keywords of the ``CorpusWriter`` of every part."""
+        identity = {**self.tokenizer.identity(), "eos_appended": self.eos_id is not None}
+        return dict(
+            dtype=self.dtype,
+            vocab_size=self.vocab_size,
+            eos_id=self.eos_id,
+            shard_tokens=self.shard_tokens,
+            tokenizer=identity,
+        )
+
+
+def _eos_id(eos: int | str | None, tokenizer: Tokenizer) -> int | None:
+    if eos is None or (isinstance(eos, int) and not isinstance(eos, bool)):
+        if eos is not None and eos < 0:
+            raise ValueError(f"eos must be a non-negative id or a token string, got {eos=}")
+        return eos
+    if isinstance(eos, str):
+        return int(eos) if eos.isdigit() else tokenizer.token_id(eos)
+    raise TypeError(f"eos must be an int id, a token string or None, got {eos!r}")
+
+
+def plan_build(
+    inputs: PathLike | Sequence[PathLike],
+    *,
+    tokenizer: str | os.PathLike[str] | Tokenizer,
+    field: str = "text",
+    lines: bool = False,
+    eos: int | str | None = None,
+    dtype: str | None = None,
+    part_bytes: int | None = None,
+    shard_tokens: int = 1 << 28,
+) -> BuildPlan:
+    """Checks the options and the input and splits it into parts (see :func:`build_corpus`).
+
+    Nothing is written. The vocabulary (with ``eos``) must fit ``dtype``; by default ``dtype``
+    is ``"uint16"`` when it does and ``"uint32"`` otherwise.
+    """
+    tok = load_tokenizer(tokenizer)
+    eos_id = _eos_id(eos, tok)
+    vocab_size = max(tok.vocab_size, 0 if eos_id is None else eos_id + 1)
+    if dtype is None:
+        dtype = "uint16" if vocab_size <= 1 << 16 else "uint32"
+    if dtype not in ("uint16", "uint32"):
+        raise ValueError(f"dtype must be 'uint16', 'uint32' or None, got {dtype=}")
+    limit = int(np.iinfo(dtype).max) + 1
+    if vocab_size > limit:
+        raise ValueError(
+            f"the tokenizer's vocabulary ({vocab_size:,} ids with eos) does not fit "
+            f"dtype={dtype!r} (at most {limit:,} ids); use dtype='uint32' or leave it unset"
+        )
+    if not isinstance(shard_tokens, int) or shard_tokens < 1:
+        raise ValueError(f"shard_tokens must be a positive int, got {shard_tokens=}")
+    files = find_inputs(inputs, field=field)
+    if sum(f.size for f in files) == 0:
+        raise ValueError(f"the input is empty: {len(files)} file(s) of 0 bytes")
+    parts = tuple(plan_parts(files, lines=lines, part_bytes=part_bytes))
+    described = {
+        "version": PLAN_VERSION,
+        "parts": [[describe_slice(s) for s in part] for part in parts],
+        "tokenizer": tok.identity(),
+        "options": [field, lines, eos_id, dtype, vocab_size, shard_tokens],
+    }
+    key = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+    return BuildPlan(parts, tok, field, lines, eos_id, dtype, vocab_size, shard_tokens, key)
+
+
+def _batches(texts: Iterator[str]) -> Iterator[list[str]]:
+    batch: list[str] = []
+    chars = 0
+    for text in texts:
+        batch.append(text)
+        chars += len(text)
+        if chars >= BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+def build_part(
+    plan: BuildPlan,
+    index: int,
+    path: PathLike,
+    *,
+    report: Callable[[int, int], None] | None = None,
+) -> tuple[int, int]:
+    """Tokenizes part ``index`` of ``plan`` into a native corpus at ``path``.
+
+    ``report(documents, tokens)`` is called after each batch. Returns (documents, tokens).
+    """
+    eos = plan.eos_id
+    with CorpusWriter(path, overwrite=True, **plan.writer_options()) as writer:
+        for piece in plan.parts[index]:
+            texts = read_documents(piece, field=plan.field, lines=plan.lines)
+            for batch in _batches(texts):
+                tokens = 0
+                for ids in plan.tokenizer.encode_batch(batch):
+                    if eos is not None:
+                        ids = _append(ids, eos)
+                    writer.add(ids)
+                    tokens += len(ids)
+                if report is not None:
+                    report(len(batch), tokens)
+        return writer.num_documents, writer.num_tokens
+
+
+def _append(ids: Any, eos: int) -> Any:
+    if isinstance(ids, list):
+        ids.append(eos)
+        return ids
+    out = np.empty(len(ids) + 1, np.int64)
+    out[:-1] = ids
+    out[-1] = eos
+    return out
+
+
+# -- worker processes --------------------------------------------------------------------------
+
+_PROGRESS: Any = None  # the queue a worker process reports to
+
+
+def _init_worker(progress: Any) -> None:
+    global _PROGRESS
+    _PROGRESS = progress
+
+
+def _worker_part(plan: BuildPlan, index: int, path: str) -> tuple[int, int]:
+    return build_part(plan, index, path, report=lambda d, t: _PROGRESS.put((index, d, t)))
+
+
+def task_plan(plan: BuildPlan, index: int | None = None) -> BuildPlan:
+    """The plan as a worker runs it: a one-thread tokenizer (the workers already use every
+    core) and, with ``index``, only that part (a task then pickles small)."""
+    parts = plan.parts
+    if index is not None:
+        parts = tuple(p if k == index else () for k, p in enumerate(parts))
+    return dataclasses.replace(plan, parts=parts, tokenizer=plan.tokenizer.with_threads(1))
+
+
+class Progress:
+    """A tqdm bar over tokens (its rate is tokens/s) with documents and parts as postfix."""
+
+    def __init__(self, parts: int, done: int, enabled: bool) -> None:
+        self.bar = tqdm.tqdm(unit="tok", unit_scale=True, disable=not enabled)
+        self.parts, self.done, self.documents = parts, done, 0
+        self._show()
+
+    def _show(self) -> None:
+        self.bar.set_postfix_str(
+            f"documents={self.documents:,}, parts={self.done}/{self.parts}", refresh=False
+        )
+
+    def update(self, documents: int, tokens: int) -> None:
+        self.documents += documents
+        self._show()
+        self.bar.update(tokens)
+
+    def part_done(self, counts: tuple[int, int] | None = None) -> None:
+        """One more part done; ``counts`` (its documents and tokens) if not reported yet."""
+        if counts is not None:
+            self.update(*counts)
+        self.done += 1
+        self._show()
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+# -- staging: OUT/.parts -----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list[Path]]:
+    """Prepares the parts folder ``.OUT.parts`` (next to ``OUT``) for ``plan`` and yields
+    the part paths still to build.
+
+    Complete parts of the same plan (a killed build) are kept; anything else there is
+    removed. If the body raises (bad input, a failed part), everything the build wrote is
+    removed; on success the caller merges and the parts folder is removed afterwards.
+    Nothing is written at ``OUT`` until the merge publishes the corpus.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise CorpusExistsError(f"{out} exists and is not a directory; choose another output")
+    if (out / MANIFEST_NAME).exists() and not overwrite:
+        raise CorpusExistsError(
+            f"{out} already holds a corpus ({MANIFEST_NAME} present); pass overwrite=True "
+            "(--overwrite) to replace it"
+        )
+    stage = parts_folder(out)
+    plan_file = stage / "plan.json"
+    if stage.exists() and _staged_key(plan_file) != plan.key:
+        shutil.rmtree(stage)  # parts of another input, tokenizer or options
+    stage.mkdir(parents=True, exist_ok=True)
+    if not plan_file.exists():
+        described = [[describe_slice(s) for s in part] for part in plan.parts]
+        tmp = stage / "plan.json.tmp"
+        tmp.write_text(json.dumps({"key": plan.key, "parts": described}, indent=1))
+        os.replace(tmp, plan_file)
+    paths = [stage / f"part-{k:05d}" for k in range(len(plan.parts))]
+    todo = [p for p in paths if not (p / MANIFEST_NAME).is_file()]
+    try:
+        yield todo
+    except BaseException as err:
+        if not isinstance(err, KeyboardInterrupt):  # an interrupted build may be resumed
+            shutil.rmtree(stage, ignore_errors=True)
+        raise
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def _staged_key(plan_file: Path) -> str | None:
+    try:
+        return json.loads(plan_file.read_text()).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def part_paths(out: PathLike, plan: BuildPlan) -> list[Path]:
+    """The directories of the parts of ``plan`` under ``out``, in order."""
+    return [parts_folder(out) / f"part-{k:05d}" for k in range(len(plan.parts))]
+
+
+def parts_folder(out: PathLike) -> Path:
+    """Where the parts of a build of ``out`` are written: ``.NAME.parts`` beside it."""
+    out = Path(out)
+    return out.parent / f".{out.name}.parts"
+
+
+def finish(out: PathLike, plan: BuildPlan) -> TokenShardSource:
+    """Merges the complete parts of ``plan`` into ``out``; refuses an input without documents."""
+    parts = part_paths(out, plan)
+    if sum(read_manifest(p)["num_documents"] for p in parts) == 0:
+        raise ValueError(
+            "the input holds no documents (empty files, blank lines or empty row groups); "
+            "nothing was written"
+        )
+    return merge_corpora(parts, out, overwrite=True)
+
+
+def build_corpus(
+    inputs: PathLike | Sequence[PathLike],
+    out: PathLike,
+    *,
+    tokenizer: str | os.PathLike[str] | Tokenizer,
+    field: str = "text",
+    lines: bool = False,
+    eos: int | str | None = None,
+    dtype: str | None = None,
+    workers: int | None = None,
+    part_bytes: int | None = None,
+    shard_tokens: int = 1 << 28,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> TokenShardSource:
+    """Tokenizes text files into a native corpus at ``out``, on every core, deterministically.
+
+    Document ``i`` of the corpus is the ``i``-th document of the input (files in the given
+    order, see :mod:`grainpack.corpus.text`) encoded by ``tokenizer``, followed by ``eos`` if
+    given. The manifest records the tokenizer's identity. The corpus, and its fingerprint, do
+    not depend on ``workers``.
+
+    Args:
+        inputs: Files, directories or glob patterns: ``.jsonl``, ``.jsonl.gz``,
+            ``.jsonl.zst``, ``.parquet``, ``.txt`` (``.gz``, ``.zst``).
+        out: The corpus directory.
+        tokenizer: A :class:`~grainpack.corpus.tokenizers.Tokenizer` or a spec for
+            :func:`~grainpack.corpus.tokenizers.load_tokenizer` (``"bytes"``,
+            ``"tokenizer.json"``, ``"spm.model"``, ``"ranks.tiktoken"``).
+        field: The JSON field or Parquet column holding the text.
+        lines: Plain text: one document per non-blank line (default: one per file).
+        eos: End-of-document id, or a token of the tokenizer (``"</s>"``), appended to every
+            document and recorded as the corpus's ``eos_id``.
+        dtype: ``"uint16"``/``"uint32"``; default: the smallest that holds the vocabulary.
+        workers: Processes (default: every core); 1 builds in this process. Worker
+            processes are spawned: a script needs the ``if __name__ == "__main__":`` guard.
+        part_bytes: Input bytes per part, the unit of parallel work and one shard each
+            (default: a 256th of the input, at least 4 MiB and at most 1 GiB).
+        shard_tokens: A part of more tokens is written as several shards.
+        overwrite: Replace a corpus at ``out`` (it stays readable while the parts are
+            built; the merge replaces it).
+        progress: Show a progress bar (tokens, tokens/s, documents, parts).
+
+    Raises:
+        ValueError: Bad options, a vocabulary that does not fit ``dtype``, an unknown or
+            unreadable input, a record without text, or no documents at all; nothing is
+            left behind.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> _ = open(f"{d}/a.jsonl", "w").write('{"text": "hi"}\\n{"text": "é"}\\n')
+        >>> src = build_corpus(f"{d}/a.jsonl", f"{d}/out", tokenizer="bytes", eos=256)
+        >>> [doc.tolist() for doc in src], src.tokenizer["kind"]
+        ([[104, 105, 256], [195, 169, 256]], 'bytes')
+    """
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int or None, got {workers=}")
+    plan = plan_build(
+        inputs,
+        tokenizer=tokenizer,
+        field=field,
+        lines=lines,
+        eos=eos,
+        dtype=dtype,
+        part_bytes=part_bytes,
+        shard_tokens=shard_tokens,
+    )
+    with staging(out, plan, overwrite=overwrite) as todo:
+        bar = Progress(len(plan.parts), len(plan.parts) - len(todo), progress)
+        try:
+            if workers == 1 or len(todo) <= 1:
+                for path in todo:
+                    build_part(plan, part_index(path), path, report=bar.update)
+                    bar.part_done()
+            else:
+                _run_processes(plan, todo, min(workers, len(todo)), bar)
+        finally:
+            bar.close()
+        return finish(out, plan)
+
+
+def part_index(path: Path) -> int:
+    """The index of the part at ``path`` (``.../part-00007`` -> 7)."""
+    return int(path.name.split("-")[1])
+
+
+def _run_processes(plan: BuildPlan, todo: list[Path], workers: int, bar: Progress) -> None:
+    """Builds the parts in ``workers`` spawned processes; the bar counts what they report."""
+    context = multiprocessing.get_context("spawn")
+    reports = context.Queue()
+    tasks = [(task_plan(plan, part_index(p)), part_index(p), str(p)) for p in todo]
+    seen = {task[1]: [0, 0] for task in tasks}  # part -> reported (documents, tokens)
+    with context.Pool(workers, initializer=_init_worker, initargs=(reports,)) as pool:
+        pending = {task[1]: pool.apply_async(_worker_part, task) for task in tasks}
+        while pending:
+            with contextlib.suppress(queue.Empty):
+                index, documents, tokens = reports.get(timeout=0.1)
+                if index in pending:  # a report that arrives after its part's result is late
+                    seen[index][0] += documents
+                    seen[index][1] += tokens
+                    bar.update(documents, tokens)
+            for index in [k for k, r in pending.items() if r.ready()]:
+                documents, tokens = pending.pop(index).get()  # raises the worker's error
+                bar.part_done((documents - seen[index][0], tokens - seen[index][1]))
+
+
+# -- merge -------------------------------------------------------------------------------------
+
+
+def merge_corpora(
+    parts: Sequence[PathLike], out: PathLike, *, overwrite: bool = False
+) -> TokenShardSource:
+    """Concatenates native corpora into one at ``out`` without copying token data.
+
+    Document order is the order of ``parts``, then of their documents. Every shard file is
+    *hard-linked* into ``out`` under its new name (``tokens-00000.bin``, ...), so ``out`` must
+    be on the parts' filesystem; the parts stay valid corpora (they share the files: do not
+    modify them in place). The merged corpus is assembled next to ``out`` and published by one
+    atomic rename, as :class:`~grainpack.corpus.writer.CorpusWriter` does: until then ``out``
+    is unchanged. The manifest copies the parts' shard checksums and records the largest
+    token id; it has no ``content_sha256`` (that needs every token read again), so its
+    fingerprint covers the shard checksums. The parts must agree on ``dtype``,
+    ``vocab_size``, ``eos_id`` and ``tokenizer``.
+
+    Raises:
+        CorpusError: A part is not a complete native corpus, or the parts disagree.
+        CorpusExistsError: ``out`` holds a corpus and ``overwrite`` is false.
+        ValueError: The file system cannot hard-link the shards into ``out``.
+
+    Example:
+        >>> import tempfile
+        >>> from grainpack.corpus.writer import write_corpus
+        >>> d = tempfile.mkdtemp()
+        >>> _ = write_corpus(f"{d}/a", [[1, 2]]), write_corpus(f"{d}/b", [[3], [4]])
+        >>> [doc.tolist() for doc in merge_corpora([f"{d}/a", f"{d}/b"], f"{d}/ab")]
+        [[1, 2], [3], [4]]
+    """
+    if isinstance(parts, str | os.PathLike) or not parts:
+        raise ValueError(f"parts must be a non-empty list of corpus directories, got {parts!r}")
+    out = Path(out)
+    paths = [Path(p) for p in parts]
+    manifests = []
+    for path in paths:
+        if not (path / MANIFEST_NAME).is_file():
+            raise CorpusError(
+                f"{path}: not a complete grainpack corpus (no {MANIFEST_NAME}); merge takes "
+                "native corpora: build or convert the part first"
+            )
+        open_corpus(path)  # schema and file sizes
+        manifests.append(read_manifest(path))
+        if path.resolve() == out.resolve():
+            raise ValueError(f"out must not be one of the parts, got {out=}")
+    first = manifests[0]
+    for path, m in zip(paths[1:], manifests[1:]):
+        for key in ("dtype", "vocab_size", "eos_id", "tokenizer"):
+            if m.get(key) != first.get(key):
+                raise CorpusError(
+                    f"{path}: {key}={m.get(key)!r} but {paths[0]} has {first.get(key)!r}; "
+                    "merge only parts built with the same tokenizer and options"
+                )
+    transaction = Transaction(out, overwrite=overwrite)
+    try:
+        shards = []
+        for path, m in zip(paths, manifests):
+            for s in m["shards"]:
+                n = len(shards)
+                names = {
+                    "tokens_file": f"tokens-{n:05d}.bin",
+                    "offsets_file": f"offsets-{n:05d}.bin",
+                }
+                for key, name in names.items():
+                    try:
+                        os.link(path / s[key], transaction.staging / name)
+                    except OSError as err:
+                        raise ValueError(
+                            f"cannot hard-link {path / s[key]} into {out} ({err.strerror}); "
+                            "merge never copies tokens: put the output on the parts' file system"
+                        ) from err
+                shards.append({**s, **names})
+        keys = ("format", "version", "dtype", "vocab_size", "eos_id")
+        manifest: dict[str, Any] = {key: first[key] for key in keys}
+        manifest["num_documents"] = sum(m["num_documents"] for m in manifests)
+        manifest["num_tokens"] = sum(m["num_tokens"] for m in manifests)
+        highest = [m.get("max_token_id") for m in manifests if m["num_tokens"]]
+        if all(h is not None for h in highest):  # known for every part with tokens
+            manifest["max_token_id"] = max(highest, default=None)
+        manifest["shards"] = shards
+        if "tokenizer" in first:
+            manifest["tokenizer"] = first["tokenizer"]
+        transaction.write_manifest(manifest)
+    except BaseException:
+        transaction.abort()
+        raise
+    transaction.publish()
+    return open_corpus(out)

@@ -1,0 +1,111 @@
+"""The same build on a cluster: the parts are tokenized by Ray Data tasks, then merged.
+
+Ray Data is the engine Levanter and Marin use to tokenize for JAX training. Here it only
+schedules the parts of :func:`~grainpack.corpus.build.plan_build` (one task per part, one
+CPU each, retried by Ray if a node dies); each task writes its part with the same code as a
+local worker, so the corpus and its fingerprint are those of ``build_corpus``. Every node
+must see the input and ``OUT`` at the same paths (a shared file system), because the parts
+are written under ``.OUT.parts`` (beside ``OUT``) and merged into ``OUT`` by hard links.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from grainpack.corpus.build import (
+    BuildPlan,
+    PathLike,
+    Progress,
+    build_part,
+    finish,
+    part_index,
+    plan_build,
+    staging,
+    task_plan,
+)
+from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.tokenizers import Tokenizer
+
+__all__ = ["build_corpus_ray"]
+
+
+def _ray() -> Any:
+    try:
+        import ray
+        import ray.data
+    except ImportError as err:
+        raise ImportError("building with Ray needs Ray Data: pip install 'grainpack[ray]'") from err
+    return ray
+
+
+def _build_row(row: dict[str, Any], plan: BuildPlan) -> dict[str, Any]:
+    """Builds one part; a bad input comes back as data (Ray would drop its type)."""
+    try:
+        documents, tokens = build_part(plan, row["index"], row["path"])
+    except (ValueError, TypeError) as err:
+        return {"documents": 0, "tokens": 0, "error": str(err), "type": type(err).__name__}
+    return {"documents": documents, "tokens": tokens, "error": "", "type": ""}
+
+
+def build_corpus_ray(
+    inputs: PathLike | Sequence[PathLike],
+    out: PathLike,
+    *,
+    tokenizer: str | os.PathLike[str] | Tokenizer,
+    field: str = "text",
+    lines: bool = False,
+    eos: int | str | None = None,
+    dtype: str | None = None,
+    part_bytes: int | None = None,
+    shard_tokens: int = 1 << 28,
+    overwrite: bool = False,
+    progress: bool = False,
+    address: str | None = None,
+) -> TokenShardSource:
+    """:func:`~grainpack.corpus.build.build_corpus` with the parts built by Ray tasks.
+
+    Uses the running Ray session if there is one, else ``ray.init(address=address)``
+    (``None``: the cluster in ``RAY_ADDRESS``, or a local one on this machine's cores),
+    shut down again at the end. Other arguments are those of ``build_corpus``; the result
+    is the same corpus, with the same fingerprint.
+
+    Raises:
+        ImportError: Ray Data is not installed.
+        ValueError: As ``build_corpus`` (a task's error is raised with its message).
+    """
+    ray = _ray()
+    plan = plan_build(
+        inputs,
+        tokenizer=tokenizer,
+        field=field,
+        lines=lines,
+        eos=eos,
+        dtype=dtype,
+        part_bytes=part_bytes,
+        shard_tokens=shard_tokens,
+    )
+    with staging(out, plan, overwrite=overwrite) as todo:
+        started = not ray.is_initialized()
+        if started:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        bar = Progress(len(plan.parts), len(plan.parts) - len(todo), progress)
+        try:
+            ray.data.DataContext.get_current().enable_progress_bars = False
+            if todo:
+                items = [{"index": part_index(p), "path": str(p)} for p in todo]
+                rows = ray.data.from_items(items, override_num_blocks=len(items)).map(
+                    _build_row, fn_kwargs={"plan": task_plan(plan)}, num_cpus=1
+                )
+                for row in rows.iter_rows():
+                    if row["error"]:
+                        raise (TypeError if row["type"] == "TypeError" else ValueError)(
+                            row["error"]
+                        )
+                    bar.part_done((row["documents"], row["tokens"]))
+        finally:
+            bar.close()
+            if started:
+                ray.shutdown()
+        return finish(out, plan)

@@ -1,0 +1,374 @@
+"""Text inputs: finding the files, splitting them into parts, and streaming their documents.
+
+Formats, by file name: JSON lines (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``; one object per
+line, its ``field`` holds the text), Parquet (``.parquet``; the ``field`` column, read with
+pyarrow) and plain text (``.txt``, ``.txt.gz``, ``.txt.zst``; one document per file, or one
+per non-blank line with ``lines=True``). Files are read streaming, never whole (except a
+plain-text file that is one document).
+
+A *part* is a run of slices of the input: a byte range of an uncompressed line file, a range
+of row groups of a Parquet file, or a whole file. :func:`plan_parts` is a pure function of
+the files (their order, sizes and Parquet metadata) and ``part_bytes``, never of the number
+of workers: a file of at least ``part_bytes`` is cut into pieces of about that size, smaller
+files are grouped until a part reaches ``part_bytes``. By default ``part_bytes`` is a 256th of
+the input, at least 4 MiB and at most 1 GiB (:func:`default_part_bytes`): enough parts to
+keep every core busy to the end, few enough shards for a corpus of terabytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import gzip
+import io
+import itertools
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["InputFile", "TextSlice", "find_inputs", "plan_parts", "read_documents"]
+
+PathLike = str | os.PathLike[str]
+
+# name ending -> (format, compression)
+FORMATS = {
+    ".jsonl": ("jsonl", None),
+    ".jsonl.gz": ("jsonl", "gzip"),
+    ".jsonl.zst": ("jsonl", "zstd"),
+    ".parquet": ("parquet", None),
+    ".txt": ("text", None),
+    ".txt.gz": ("text", "gzip"),
+    ".txt.zst": ("text", "zstd"),
+}
+_READ_BYTES = 1 << 20
+_PARQUET_ROWS = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class InputFile:
+    """One input file: path, format, compression, size, and Parquet row-group sizes."""
+
+    path: str
+    format: str
+    compression: str | None
+    size: int
+    mtime_ns: int
+    row_groups: tuple[tuple[int, int], ...] = ()  # Parquet: (rows, bytes on disk) per group
+
+
+@dataclasses.dataclass(frozen=True)
+class TextSlice:
+    """Documents ``[start, stop)`` of a file: bytes (line files), row groups, or whole (0, 0)."""
+
+    file: InputFile
+    start: int = 0
+    stop: int = 0
+
+    @property
+    def size(self) -> int:
+        """Bytes on disk that the slice covers."""
+        if self.file.format == "parquet":
+            return sum(b for _, b in self.file.row_groups[self.start : self.stop])
+        return self.stop - self.start if self.stop else self.file.size
+
+
+def _format_of(path: Path) -> tuple[str, str | None] | None:
+    for ending, kind in FORMATS.items():
+        if path.name.endswith(ending):
+            return kind
+    return None
+
+
+def _expand(item: str) -> list[Path]:
+    if glob.has_magic(item):
+        found = sorted(Path(p) for p in glob.glob(item, recursive=True))
+        if not found:
+            raise FileNotFoundError(f"{item}: the pattern matches no file")
+        return [p for p in found if p.is_file()]
+    path = Path(item)
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file() and _format_of(p))
+        if not found:
+            raise ValueError(f"{path}: the directory holds no {'/'.join(FORMATS)} files")
+        return found
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such input file or directory")
+    return [path]
+
+
+def _parquet_groups(path: Path, field: str) -> tuple[tuple[int, int], ...]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as err:
+        raise ImportError(
+            f"{path}: reading Parquet needs pyarrow; pip install 'grainpack[text]'"
+        ) from err
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except Exception as err:  # pyarrow raises ArrowInvalid, OSError, ...
+        raise ValueError(f"{path}: not a readable Parquet file ({err})") from err
+    names = meta.schema.to_arrow_schema().names
+    if field not in names:
+        raise ValueError(
+            f"{path}: no column {field!r} (columns: {names}); pass the text column as field"
+        )
+    kind = meta.schema.to_arrow_schema().field(field).type
+    if str(kind) not in ("string", "large_string", "string_view"):
+        raise ValueError(f"{path}: column {field!r} holds {kind}, expected strings (text)")
+    groups = (meta.row_group(g) for g in range(meta.num_row_groups))
+    return tuple(
+        (g.num_rows, sum(g.column(c).total_compressed_size for c in range(g.num_columns)))
+        for g in groups
+    )
+
+
+def find_inputs(inputs: PathLike | Sequence[PathLike], *, field: str = "text") -> list[InputFile]:
+    """The input files, in order: paths as given; a directory or a glob stands for its sorted
+    files of a known format (directories recursively).
+
+    Every file must have a known format and be readable; Parquet files must have a string
+    column ``field``. Nothing is read beyond a first byte and Parquet metadata.
+
+    Raises:
+        FileNotFoundError: A path or pattern matches nothing.
+        ValueError: No input file, an unknown format, an unreadable file, a bad Parquet file.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> _ = open(f"{d}/a.jsonl", "w").write('{"text": "hi"}\\n')
+        >>> [(f.format, f.compression, f.size) for f in find_inputs(d)]
+        [('jsonl', None, 15)]
+    """
+    items = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
+    files = []
+    for path in (p for item in items for p in _expand(os.fspath(item))):
+        kind = _format_of(path)
+        if kind is None:
+            raise ValueError(
+                f"{path}: unknown input format; expected a name ending in one of "
+                f"{', '.join(FORMATS)}"
+            )
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+            stat = path.stat()
+        except OSError as err:
+            raise ValueError(f"{path}: cannot read the file ({err.strerror})") from err
+        groups = _parquet_groups(path, field) if kind[0] == "parquet" else ()
+        files.append(InputFile(str(path), *kind, stat.st_size, stat.st_mtime_ns, groups))
+    if not files:
+        raise ValueError(f"expected at least one input file, got {inputs!r}")
+    return files
+
+
+def _pieces(file: InputFile, lines: bool, part_bytes: int) -> list[TextSlice]:
+    """The file cut into about ``part_bytes`` pieces where its format allows it."""
+    if file.format == "parquet":  # consecutive row groups until a piece holds part_bytes
+        pieces, start, held = [], 0, 0
+        for g, (_, size) in enumerate(file.row_groups):
+            held += size
+            if held >= part_bytes or g == len(file.row_groups) - 1:
+                pieces.append(TextSlice(file, start, g + 1))
+                start, held = g + 1, 0
+        return pieces
+    splittable = file.compression is None and (file.format == "jsonl" or lines)
+    if not splittable or file.size <= part_bytes:
+        return [TextSlice(file, 0, file.size if splittable else 0)]
+    n = -(-file.size // part_bytes)
+    cuts = [k * file.size // n for k in range(n + 1)]
+    return [TextSlice(file, a, b) for a, b in itertools.pairwise(cuts)]
+
+
+def default_part_bytes(files: Sequence[InputFile]) -> int:
+    """A 256th of the input's bytes, clamped to [4 MiB, 1 GiB].
+
+    Example:
+        >>> default_part_bytes([InputFile("a.jsonl", "jsonl", None, 10**11, 0)]) / 2**20
+        372.5290298461914
+    """
+    return min(max(sum(f.size for f in files) // 256, 4 << 20), 1 << 30)
+
+
+def plan_parts(
+    files: Sequence[InputFile], *, lines: bool = False, part_bytes: int | None = None
+) -> list[tuple[TextSlice, ...]]:
+    """Splits the input into parts of about ``part_bytes`` bytes on disk, in input order.
+
+    ``part_bytes=None`` is :func:`default_part_bytes`.
+
+    A file of at least ``part_bytes`` starts a new part and is cut into pieces: a line file
+    into ``ceil(size / part_bytes)`` equal byte ranges (a line belongs to the range where it
+    starts), a Parquet file into runs of row groups of at least ``part_bytes`` (the last may
+    be smaller); compressed files stay whole. Smaller files are grouped in order until a
+    part reaches ``part_bytes``.
+
+    Example:
+        >>> f = InputFile("a.jsonl", "jsonl", None, 100, 0)
+        >>> [(s.start, s.stop) for (s,) in plan_parts([f], part_bytes=40)]
+        [(0, 33), (33, 66), (66, 100)]
+    """
+    if part_bytes is None:
+        part_bytes = default_part_bytes(files)
+    if not isinstance(part_bytes, int) or part_bytes < 1:
+        raise ValueError(f"part_bytes must be a positive int or None, got {part_bytes=}")
+    parts: list[tuple[TextSlice, ...]] = []
+    group: list[TextSlice] = []
+    for file in files:
+        if file.size >= part_bytes:
+            if group:
+                parts.append(tuple(group))
+                group = []
+            parts.extend((piece,) for piece in _pieces(file, lines, part_bytes))
+            continue
+        group.extend(_pieces(file, lines, part_bytes))
+        if sum(s.size for s in group) >= part_bytes:
+            parts.append(tuple(group))
+            group = []
+    if group:
+        parts.append(tuple(group))
+    return parts
+
+
+def _open(file: InputFile) -> IO[bytes]:
+    raw = open(file.path, "rb")  # noqa: SIM115  (closed by the wrapper or the caller)
+    if file.compression == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if file.compression == "zstd":
+        try:
+            import zstandard
+        except ImportError as err:
+            raw.close()
+            raise ImportError(
+                f"{file.path}: reading .zst needs zstandard; pip install 'grainpack[text]'"
+            ) from err
+        stream = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
+        return io.BufferedReader(stream, _READ_BYTES)  # type: ignore[arg-type]
+    return raw
+
+
+def _lines(piece: TextSlice) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, line) of the lines that start in the slice (all lines if whole)."""
+    with _open(piece.file) as f:
+        position = 0
+        if piece.start > 0:  # the line running into the slice belongs to the previous one
+            f.seek(piece.start - 1)
+            position = piece.start - 1 + len(f.readline())
+        stop = piece.stop or None
+        for line in f:
+            if stop is not None and position >= stop:
+                break
+            yield position, line
+            position += len(line)
+
+
+def _decode_error(path: str, position: int, err: UnicodeDecodeError) -> ValueError:
+    return ValueError(
+        f"{path}: not UTF-8 text at byte {position + err.start} ({err.reason}); "
+        "convert the file to UTF-8"
+    )
+
+
+def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
+    path = piece.file.path
+    for position, line in _lines(piece):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except UnicodeDecodeError as err:
+            raise _decode_error(path, position, err) from None
+        except json.JSONDecodeError as err:
+            raise ValueError(
+                f"{path}: invalid JSON in the line at byte {position} ({err.msg}); each line "
+                "must be one JSON object"
+            ) from None
+        text = record.get(field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            found = f"keys {sorted(record)}" if isinstance(record, dict) else type(record).__name__
+            if isinstance(record, dict) and field in record:
+                found = f"{field!r} = {type(record[field]).__name__}"
+            raise ValueError(
+                f"{path}: the line at byte {position} has no text in {field=} (found "
+                f"{found}); pass the name of the text field"
+            )
+        yield text
+
+
+def _text_documents(piece: TextSlice, lines: bool) -> Iterator[str]:
+    path = piece.file.path
+    if not lines:
+        with _open(piece.file) as f:
+            data = f.read()
+        try:
+            yield data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise _decode_error(path, 0, err) from None
+        return
+    for position, line in _lines(piece):
+        try:
+            text = line.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as err:
+            raise _decode_error(path, position, err) from None
+        if text.strip():
+            yield text
+
+
+def _parquet_documents(piece: TextSlice, field: str) -> Iterator[str]:
+    import pyarrow.parquet as pq
+
+    rows = sum(n for n, _ in piece.file.row_groups[: piece.start])
+    groups = list(range(piece.start, piece.stop))
+    with pq.ParquetFile(piece.file.path) as f:
+        for batch in f.iter_batches(_PARQUET_ROWS, row_groups=groups, columns=[field]):
+            texts = batch.column(0).to_pylist()
+            if None in texts:
+                raise ValueError(
+                    f"{piece.file.path}: row {rows + texts.index(None)} has no text (null "
+                    f"in column {field!r}); drop or fill the empty rows"
+                )
+            rows += len(texts)
+            yield from texts
+
+
+def read_documents(piece: TextSlice, *, field: str = "text", lines: bool = False) -> Iterator[str]:
+    """The documents of a slice, in order, streaming.
+
+    JSON lines: blank lines are skipped; every other line must be an object whose ``field``
+    is a string. Plain text: the whole file, or its non-blank lines (without the newline)
+    with ``lines=True``. Parquet: the ``field`` column (nulls are refused).
+
+    Raises:
+        ValueError: Invalid JSON, a missing or non-string field, bytes that are not UTF-8,
+            a corrupt file (the message names the file and the byte or row).
+    """
+    reader: Iterator[str]
+    if piece.file.format == "jsonl":
+        reader = _jsonl_documents(piece, field)
+    elif piece.file.format == "parquet":
+        reader = _parquet_documents(piece, field)
+    else:
+        reader = _text_documents(piece, lines)
+    try:
+        yield from reader
+    except (EOFError, gzip.BadGzipFile) as err:
+        raise ValueError(f"{piece.file.path}: corrupt or truncated file ({err})") from err
+    except ValueError:
+        raise
+    except Exception as err:  # zstandard.ZstdError, pyarrow's ArrowInvalid, ...
+        if type(err).__module__.split(".")[0] in ("zstandard", "pyarrow"):
+            raise ValueError(f"{piece.file.path}: corrupt or unreadable file ({err})") from err
+        raise
+
+
+def describe_slice(piece: TextSlice) -> dict[str, Any]:
+    """The slice as plain JSON (for build plans)."""
+    return {
+        "path": os.path.abspath(piece.file.path),
+        "size": piece.file.size,
+        "mtime_ns": piece.file.mtime_ns,
+        "start": piece.start,
+        "stop": piece.stop,
+    }

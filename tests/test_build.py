@@ -1,0 +1,289 @@
+"""Text -> corpus: every tokenizer and format, errors that write nothing, determinism across
+worker counts, merge without copies, and a SIGKILLed build that leaves no corpus."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+import grainpack as gp
+from grainpack.corpus.build import build_corpus, merge_corpora, plan_build
+from grainpack.corpus.tokenizers import load_tokenizer
+from grainpack.corpus.verify import describe_corpus
+from grainpack.demo import documents
+
+TEXTS = documents("en")  # ~640 docstrings of the standard library, ~256 KB
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_input(path: Path, texts: list[str]) -> Path:
+    """``texts`` in the format that ``path``'s name says (plain text: one per line)."""
+    name = path.name
+    if name.endswith(".parquet"):
+        pq.write_table(pa.table({"text": texts}), path, row_group_size=100)
+        return path
+    if ".jsonl" in name:
+        data = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+    else:
+        data = "".join(t + "\n" for t in texts).encode()
+    if name.endswith(".gz"):
+        data = gzip.compress(data)
+    elif name.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    path.write_bytes(data)
+    return path
+
+
+def expected_ids(tokenizer, texts, eos=None):
+    """The tokenizer library's own ``encode`` of each text (grainpack's batch path not used)."""
+    tok = load_tokenizer(tokenizer)
+    encode = {
+        "bytes": lambda t: list(t.encode()),
+        "huggingface": lambda t: tok.model.encode(t).ids,
+        "sentencepiece": lambda t: tok.model.encode(t),
+        "tiktoken": lambda t: tok.model.encode(t),  # no special-token text in these documents
+    }[tok.kind]
+    return [list(encode(t)) + ([] if eos is None else [eos]) for t in texts]
+
+
+def spec(tokenizer_files, kind):
+    return "bytes" if kind == "bytes" else tokenizer_files[kind]
+
+
+@pytest.mark.parametrize("kind", ["bytes", "huggingface", "sentencepiece", "tiktoken"])
+def test_each_tokenizer_gives_its_own_encode(tmp_path, tokenizer_files, kind):
+    path = write_input(tmp_path / "docs.jsonl", TEXTS)
+    tokenizer = spec(tokenizer_files, kind)
+    eos = 399 if kind != "sentencepiece" else 2  # tiktoken: one past its 399 ranks
+    src = build_corpus(path, tmp_path / "out", tokenizer=tokenizer, eos=eos, workers=1)
+    assert [d.tolist() for d in src] == expected_ids(tokenizer, TEXTS, eos)
+    assert src.eos_id == eos and src.dtype == np.uint16
+    identity = load_tokenizer(tokenizer).identity()
+    assert src.tokenizer == {**identity, "eos_appended": True}
+    assert src.vocab_size == max(identity["vocab_size"], eos + 1)
+    assert describe_corpus(tmp_path / "out")["tokenizer"] == src.tokenizer
+    assert gp.verify_corpus(tmp_path / "out").num_documents == len(TEXTS)
+
+
+@pytest.mark.parametrize(
+    "name, lines",
+    [
+        ("docs.jsonl", False),
+        ("docs.jsonl.gz", False),
+        ("docs.jsonl.zst", False),
+        ("docs.parquet", False),
+        ("docs.txt", True),  # one document per line
+        ("docs.txt.zst", True),
+    ],
+)
+def test_every_format(tmp_path, tokenizer_files, name, lines):
+    texts = [t.replace("\n", " ") for t in TEXTS] if lines else TEXTS
+    path = write_input(tmp_path / name, texts)
+    tokenizer = tokenizer_files["huggingface"]
+    src = build_corpus(
+        path, tmp_path / "out", tokenizer=tokenizer, lines=lines, workers=1, part_bytes=30_000
+    )
+    assert [d.tolist() for d in src] == expected_ids(tokenizer, texts)
+    assert src.eos_id is None and src.tokenizer["eos_appended"] is False
+
+
+def test_plain_text_files_are_one_document_each(tmp_path):
+    for i, text in enumerate(TEXTS[:30]):
+        (tmp_path / f"{i:03d}.txt").write_text(text)
+    src = build_corpus(tmp_path, tmp_path / "out", tokenizer="bytes", workers=1, part_bytes=2000)
+    assert [d.tolist() for d in src] == expected_ids("bytes", TEXTS[:30])
+    assert len(src.shards) > 1  # small files grouped into parts of ~2000 bytes, one shard each
+
+
+def test_eos_as_a_token_string_and_dtype_from_the_vocabulary(tmp_path, tokenizer_files):
+    path = write_input(tmp_path / "a.jsonl", TEXTS[:5])
+    hf = tokenizer_files["huggingface"]
+    src = build_corpus(path, tmp_path / "a", tokenizer=hf, eos="<|endoftext|>", workers=1)
+    assert src.eos_id == 0 and all(d[-1] == 0 for d in src)
+    src = build_corpus(path, tmp_path / "b", tokenizer="bytes", eos=70_000, workers=1)
+    assert src.dtype == np.uint32 and src.vocab_size == 70_001 and src[0][-1] == 70_000
+
+
+def big_tiktoken(path: Path, size: int) -> Path:
+    """A tiktoken ranks file of ``size`` tokens: the 256 bytes, then 3-byte tokens."""
+    tokens = [bytes([b]) for b in range(256)]
+    tokens += [bytes([i % 256, i // 256 % 256, 65]) for i in range(size - 256)]
+    lines = (f"{base64.b64encode(t).decode()} {r}\n" for r, t in enumerate(tokens))
+    path.write_text("".join(lines))
+    return path
+
+
+def test_errors_write_nothing(tmp_path):
+    good = write_input(tmp_path / "good.jsonl", TEXTS[:20])
+    out = tmp_path / "out"
+    (tmp_path / "missing.jsonl").write_text('{"text": "a"}\n{"body": "b"}\n')
+    (tmp_path / "bad.jsonl.gz").write_bytes(gzip.compress(good.read_bytes())[:-100])
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "blank.jsonl").write_text("\n\n  \n")
+    vocab = big_tiktoken(tmp_path / "big.tiktoken", 70_000)
+    cases = [
+        ([good, tmp_path / "missing.jsonl"], {}, r"missing.jsonl: the line at byte 14 has no"),
+        ([good, tmp_path / "bad.jsonl.gz"], {}, "bad.jsonl.gz: corrupt or truncated file"),
+        ([tmp_path / "empty.jsonl"], {}, r"the input is empty: 1 file\(s\) of 0 bytes"),
+        ([tmp_path / "blank.jsonl"], {}, "the input holds no documents"),
+        ([good], {"tokenizer": vocab, "dtype": "uint16"}, r"\(70,000 ids with eos\) does not"),
+        ([good], {"eos": 65_536, "dtype": "uint16"}, "does not fit dtype='uint16'"),
+        ([good], {"field": 3}, "no text in field=3"),
+    ]
+    for inputs, options, message in cases:
+        options = {"tokenizer": "bytes", "part_bytes": 1000, **options}
+        for workers in (1, 2):
+            with pytest.raises(ValueError, match=message):
+                build_corpus(inputs, out, workers=workers, **options)
+            assert not out.exists(), (inputs, options)
+    assert build_corpus(good, out, tokenizer=vocab, workers=1).dtype == np.uint32
+
+
+def test_a_failed_rebuild_keeps_the_old_corpus(tmp_path):
+    good = write_input(tmp_path / "good.jsonl", TEXTS[:20])
+    old = build_corpus(good, tmp_path / "out", tokenizer="bytes", workers=1)
+    with pytest.raises(gp.CorpusExistsError, match="pass overwrite=True"):
+        build_corpus(good, tmp_path / "out", tokenizer="bytes", workers=1)
+    (tmp_path / "bad.jsonl").write_text('{"text": 1}\n')
+    with pytest.raises(ValueError, match="found 'text' = int"):
+        build_corpus(tmp_path / "bad.jsonl", tmp_path / "out", tokenizer="bytes", overwrite=True)
+    assert gp.open_corpus(tmp_path / "out").fingerprint == old.fingerprint
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "manifest.json",
+        "offsets-00000.bin",
+        "tokens-00000.bin",
+    ]
+
+
+@pytest.mark.slow
+def test_same_corpus_for_one_and_two_workers(tmp_path, tokenizer_files):
+    inputs = [
+        write_input(tmp_path / "a.jsonl", TEXTS[:300]),
+        write_input(tmp_path / "b.jsonl.zst", TEXTS[300:450]),
+        write_input(tmp_path / "c.parquet", TEXTS[450:]),
+    ]
+    options = dict(tokenizer=tokenizer_files["sentencepiece"], eos=2, part_bytes=20_000)
+    one = build_corpus(inputs, tmp_path / "one", workers=1, **options)
+    two = build_corpus(inputs, tmp_path / "two", workers=2, progress=True, **options)
+    assert two.fingerprint == one.fingerprint
+    assert len(one.shards) == len(plan_build(inputs, **options).parts) > 4
+    assert [d.tolist() for d in two] == expected_ids(options["tokenizer"], TEXTS, 2)
+
+
+def test_merge_of_parts_equals_a_single_build(tmp_path):
+    a = write_input(tmp_path / "a.jsonl", TEXTS[:400])
+    b = write_input(tmp_path / "b.jsonl", TEXTS[400:])
+    options = dict(tokenizer="bytes", eos=256, workers=1, part_bytes=50_000)
+    parts = [build_corpus(f, tmp_path / f.stem, **options) for f in (a, b)]
+    merged = merge_corpora([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
+    single = build_corpus([a, b], tmp_path / "single", **options)
+    assert merged.fingerprint == single.fingerprint
+    assert len(merged) == len(parts[0]) + len(parts[1]) == len(TEXTS)
+    # no token was copied: the merged shards are the parts' files
+    linked = os.stat(tmp_path / "merged" / "tokens-00000.bin")
+    assert linked.st_ino == os.stat(tmp_path / "a" / "tokens-00000.bin").st_ino
+    assert linked.st_nlink == 2
+    assert gp.verify_corpus(tmp_path / "merged").num_documents == len(TEXTS)
+    assert gp.open_corpus(tmp_path / "a").fingerprint == parts[0].fingerprint  # parts intact
+
+
+def test_merge_refuses_mismatched_parts_and_existing_output(tmp_path):
+    gp.write_corpus(tmp_path / "a", [[1, 2]], vocab_size=10)
+    gp.write_corpus(tmp_path / "b", [[3]], vocab_size=11)
+    gp.write_corpus(tmp_path / "c", [[4]], vocab_size=10, dtype="uint32")
+    with pytest.raises(gp.CorpusError, match=r"b: vocab_size=11 but .*a has 10"):
+        merge_corpora([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
+    with pytest.raises(gp.CorpusError, match="dtype='uint32'"):
+        merge_corpora([tmp_path / "a", tmp_path / "c"], tmp_path / "out")
+    with pytest.raises(gp.CorpusError, match="not a complete grainpack corpus"):
+        merge_corpora([tmp_path / "a", tmp_path / "none"], tmp_path / "out")
+    with pytest.raises(gp.CorpusExistsError, match="already holds a corpus"):
+        merge_corpora([tmp_path / "a"], tmp_path / "b")
+    with pytest.raises(ValueError, match="out must not be one of the parts"):
+        merge_corpora([tmp_path / "a"], tmp_path / "a", overwrite=True)
+    with pytest.raises(ValueError, match="non-empty list"):
+        merge_corpora([], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    merged = merge_corpora([tmp_path / "a", tmp_path / "a"], tmp_path / "b", overwrite=True)
+    assert [d.tolist() for d in merged] == [[1, 2], [1, 2]]
+
+
+def test_merge_is_published_atomically(tmp_path, monkeypatch):
+    gp.write_corpus(tmp_path / "a", [[1, 2]])
+    gp.write_corpus(tmp_path / "b", [[3]])
+
+    def killed(self):
+        raise OSError("killed before the corpus was published")
+
+    merge_corpora([tmp_path / "a"], tmp_path / "out")
+    monkeypatch.setattr("grainpack.corpus.writer.Transaction._rename", killed)
+    with pytest.raises(gp.CorpusError, match="killed"):
+        merge_corpora([tmp_path / "a", tmp_path / "b"], tmp_path / "out", overwrite=True)
+    monkeypatch.undo()
+    assert [d.tolist() for d in gp.open_corpus(tmp_path / "out")] == [[1, 2]]  # the old one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "out"]  # nothing left
+
+
+@pytest.mark.slow
+def test_killed_build_leaves_no_corpus_and_resumes(tmp_path, tokenizer_files):
+    texts = TEXTS * 12  # ~3 MB: about 50 parts of 64 KB
+    source = write_input(tmp_path / "docs.jsonl", texts)
+    out = tmp_path / "out"
+    tokenizer = str(tokenizer_files["sentencepiece"])
+    command = [sys.executable, "-m", "grainpack", "build", str(source), "-o", str(out)]
+    command += ["--tokenizer", tokenizer, "--eos", "2", "--workers", "2", "--part-bytes", "65536"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen(command, env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    try:
+        while not list(tmp_path.glob(".out.parts/part-*/manifest.json")):
+            assert child.poll() is None and time.monotonic() < deadline, "no part was written"
+            time.sleep(0.01)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)  # the command and its worker processes
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    with pytest.raises(gp.CorpusNotFoundError):
+        gp.open_corpus(out)
+    parts = out.parent / f".{out.name}.parts"  # beside the output, which is not written yet
+    assert not out.exists()
+    complete = [p.parent for p in parts.glob("part-*/manifest.json")]
+    done = {part.name: os.stat(part / "tokens-00000.bin").st_ino for part in complete}
+    assert 0 < len(done) < 40  # killed mid-way
+
+    resumed = build_corpus(source, out, tokenizer=tokenizer, eos=2, part_bytes=65536, workers=2)
+    fresh = build_corpus(source, tmp_path / "fresh", tokenizer=tokenizer, eos=2, part_bytes=65536)
+    assert resumed.fingerprint == fresh.fingerprint
+    assert not parts.exists()
+    kept = [int(name.split("-")[1]) for name in done]
+    assert all(os.stat(out / f"tokens-{k:05d}.bin").st_ino == done[f"part-{k:05d}"] for k in kept)
+
+
+def test_corpora_without_a_tokenizer_keep_their_fingerprint(tmp_path):
+    # Golden: a manifest without a tokenizer has no "tokenizer" key, so its fingerprint is
+    # the one the writer gave before tokenizers were recorded (max_token_id and
+    # content_sha256 included). Update only with a corpus format version change.
+    src = gp.write_corpus(tmp_path / "a", [[1, 2], [3], []], vocab_size=10, eos_id=3)
+    assert src.fingerprint == "1ca46f4d9435f3ad85399e38114cda5fb46e1ed60e781c44b28e0951ec52378d"
+    assert src.tokenizer is None and "tokenizer" not in gp.read_manifest(tmp_path / "a")
+    named = gp.write_corpus(tmp_path / "b", [[1, 2], [3], []], tokenizer={"kind": "x"})
+    assert named.tokenizer == {"kind": "x"} and named.fingerprint != src.fingerprint
+    with pytest.raises(TypeError, match="tokenizer must be a dict"):
+        gp.write_corpus(tmp_path / "c", [[1]], tokenizer="bytes")
+    manifest = tmp_path / "b" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('{\n  "kind": "x"\n }', '"x"'))
+    with pytest.raises(gp.CorpusError, match=r"tokenizer='x' \(expected an object"):
+        gp.open_corpus(tmp_path / "b")

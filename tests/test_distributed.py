@@ -1,0 +1,42 @@
+"""The Ray path: the parts built by Ray Data tasks on a local 2-CPU Ray give the same corpus."""
+
+from __future__ import annotations
+
+import pytest
+from test_build import TEXTS, expected_ids, write_input
+
+from grainpack.corpus.build import build_corpus
+from grainpack.corpus.distributed import build_corpus_ray
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_build_equals_the_local_builds(tmp_path, tokenizer_files, local_ray):
+    inputs = [
+        write_input(tmp_path / "a.jsonl", TEXTS[:400]),
+        write_input(tmp_path / "b.parquet", TEXTS[400:]),
+    ]
+    options = dict(tokenizer=tokenizer_files["huggingface"], eos=0, part_bytes=30_000)
+    distributed = build_corpus_ray(inputs, tmp_path / "ray", **options)
+    one = build_corpus(inputs, tmp_path / "one", workers=1, **options)
+    two = build_corpus(inputs, tmp_path / "two", workers=2, **options)
+    assert distributed.fingerprint == one.fingerprint == two.fingerprint
+    assert len(distributed.shards) > 4
+    assert [d.tolist() for d in distributed] == expected_ids(options["tokenizer"], TEXTS, 0)
+
+
+@pytest.mark.slow
+def test_ray_task_errors_are_raised_and_write_nothing(tmp_path, local_ray):
+    good = write_input(tmp_path / "a.jsonl", TEXTS[:50])
+    (tmp_path / "b.jsonl").write_text('{"text": "fine"}\n{"body": "no text"}\n')
+    with pytest.raises(ValueError, match=r"b.jsonl: the line at byte 17 has no text"):
+        build_corpus_ray([good, tmp_path / "b.jsonl"], tmp_path / "out", tokenizer="bytes")
+    assert not (tmp_path / "out").exists()

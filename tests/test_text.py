@@ -1,0 +1,156 @@
+"""Text inputs: file discovery, the split into parts, and streaming every format."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from grainpack.corpus.text import InputFile, TextSlice, find_inputs, plan_parts, read_documents
+
+DOCS = ["first line", "é ☕ unicode", "", "x" * 300, "a\nmulti-line\ndocument", "last"]
+
+
+def write_jsonl(path, docs, *, field="text"):
+    data = "".join(json.dumps({field: d, "id": i}) + "\n" for i, d in enumerate(docs)).encode()
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data)
+    elif path.name.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    path.write_bytes(data)
+    return path
+
+
+def documents(files, **options):
+    field = options.pop("field", "text")
+    return [
+        doc
+        for part in plan_parts(files, **options)
+        for piece in part
+        for doc in read_documents(piece, field=field, lines=options.get("lines", False))
+    ]
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz", "a.jsonl.zst"])
+def test_jsonl_documents_in_order(tmp_path, name):
+    files = find_inputs(write_jsonl(tmp_path / name, DOCS))
+    assert documents(files) == DOCS
+
+
+@pytest.mark.parametrize("part_bytes", [1, 7, 40, 64, 100, 10**6])
+def test_byte_ranges_cover_every_line_once(tmp_path, part_bytes):
+    path = write_jsonl(tmp_path / "a.jsonl", DOCS * 5)
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\n\n", 3))  # blank lines are skipped
+    files = find_inputs(path)
+    assert documents(files, part_bytes=part_bytes) == DOCS * 5
+
+
+def test_plain_text_one_document_per_file_or_line(tmp_path):
+    (tmp_path / "a.txt").write_text("one\ntwo\r\n\n  \nthree")
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"four\nfive\n"))
+    (tmp_path / "c.txt.zst").write_bytes(zstandard.ZstdCompressor().compress(b"six"))
+    (tmp_path / "notes.md").write_text("ignored: not a known format")
+    files = find_inputs(tmp_path)
+    assert [f.format for f in files] == ["text"] * 3
+    assert documents(files) == ["one\ntwo\r\n\n  \nthree", "four\nfive\n", "six"]
+    expected = ["one", "two", "three", "four", "five", "six"]
+    assert documents(files, lines=True) == expected
+    assert documents(files, lines=True, part_bytes=3) == expected
+
+
+def test_parquet_row_groups(tmp_path):
+    texts = [f"document {i} " * (i % 5) for i in range(1000)]
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"id": list(range(1000)), "content": texts}), path, row_group_size=64)
+    (file,) = find_inputs(path, field="content")
+    assert len(file.row_groups) == 16 and sum(n for n, _ in file.row_groups) == 1000
+    for part_bytes in (1, 2000, 10**9):
+        assert documents([file], field="content", part_bytes=part_bytes) == texts
+    assert len(plan_parts([file], part_bytes=1)) == 16
+
+
+def test_parquet_errors(tmp_path):
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"body": ["a", None], "n": [1, 2]}), path)
+    with pytest.raises(ValueError, match=r"no column 'text' \(columns: \['body', 'n'\]\)"):
+        find_inputs(path)
+    with pytest.raises(ValueError, match="column 'n' holds int64, expected strings"):
+        find_inputs(path, field="n")
+    (file,) = find_inputs(path, field="body")
+    with pytest.raises(ValueError, match="row 1 has no text"):
+        list(read_documents(TextSlice(file, 0, 1), field="body"))
+    (tmp_path / "b.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(ValueError, match=r"b\.parquet: not a readable Parquet file"):
+        find_inputs(tmp_path / "b.parquet")
+
+
+def test_plan_is_a_pure_function_of_sizes():
+    def file(name, size):
+        return InputFile(name, "jsonl", None, size, 0)
+
+    small = [file(f"s{i}.jsonl", 30) for i in range(5)]
+    big = file("big.jsonl", 250)
+    packed = gz = InputFile("c.jsonl.gz", "jsonl", "gzip", 500, 0)
+    parts = plan_parts([*small[:2], big, *small[2:], packed], part_bytes=100)
+    assert [[(s.file.path, s.start, s.stop) for s in part] for part in parts] == [
+        [("s0.jsonl", 0, 30), ("s1.jsonl", 0, 30)],  # closed early: a big file starts anew
+        [("big.jsonl", 0, 83)],
+        [("big.jsonl", 83, 166)],
+        [("big.jsonl", 166, 250)],
+        [("s2.jsonl", 0, 30), ("s3.jsonl", 0, 30), ("s4.jsonl", 0, 30)],
+        [("c.jsonl.gz", 0, 0)],  # compressed: whole
+    ]
+    assert parts[-1][0].size == gz.size
+    with pytest.raises(ValueError, match="part_bytes must be a positive int or None"):
+        plan_parts(small, part_bytes=0)
+
+
+def test_find_inputs_globs_directories_and_errors(tmp_path):
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    for name in ("d/b.jsonl", "d/sub/a.jsonl", "d/a.jsonl", "d/skip.csv"):
+        write_jsonl(tmp_path / name, ["x"])
+    names = [f.path.removeprefix(str(tmp_path)) for f in find_inputs(tmp_path / "d")]
+    assert names == ["/d/a.jsonl", "/d/b.jsonl", "/d/sub/a.jsonl"]
+    assert len(find_inputs(f"{tmp_path}/d/**/*.jsonl")) == 3
+    with pytest.raises(FileNotFoundError, match="the pattern matches no file"):
+        find_inputs(f"{tmp_path}/*.parquet")
+    with pytest.raises(FileNotFoundError, match="no such input file"):
+        find_inputs(tmp_path / "missing.jsonl")
+    with pytest.raises(ValueError, match="unknown input format"):
+        find_inputs(tmp_path / "d" / "skip.csv")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="the directory holds no"):
+        find_inputs(tmp_path / "empty")
+
+
+def test_jsonl_errors_name_the_file_and_byte(tmp_path):
+    path = tmp_path / "a.jsonl"
+    cases = [
+        ('{"text": "ok"}\n{"txt": "x"}\n', r"byte 15 has no text in field='text' \(found keys"),
+        ('{"text": "ok"}\n{"text": 3}\n', r"\(found 'text' = int\)"),
+        ('{"text": "ok"}\n[1, 2]\n', r"\(found list\)"),
+        ('{"text": "ok"}\n{"text": \n', "invalid JSON in the line at byte 15"),
+    ]
+    for content, message in cases:
+        path.write_text(content)
+        (file,) = find_inputs(path)
+        with pytest.raises(ValueError, match=message):
+            list(read_documents(TextSlice(file, 0, file.size)))
+
+
+def test_corrupt_and_non_utf8_files(tmp_path):
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(b'{"text": "a"}\n')[:-6])
+    (tmp_path / "b.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd garbage")
+    (tmp_path / "c.txt").write_bytes(b"caf\xe9")
+    for name, message in [
+        ("a.jsonl.gz", "a.jsonl.gz: corrupt or truncated file"),
+        ("b.jsonl.zst", "b.jsonl.zst: corrupt or unreadable file"),
+        ("c.txt", r"c.txt: not UTF-8 text at byte 3"),
+    ]:
+        (file,) = find_inputs(tmp_path / name)
+        with pytest.raises(ValueError, match=message):
+            list(read_documents(TextSlice(file)))
