@@ -64,6 +64,7 @@ def test_corpus_writer_refuses_existing_corpus_unless_overwrite(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "manifest.json",
         "offsets-00000.bin",
+        "summary-00000.bin",
         "tokens-00000.bin",
     ]
 

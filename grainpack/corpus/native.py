@@ -2,16 +2,23 @@
 
 Invariant: a directory is a complete corpus iff ``manifest.json`` exists; it is written last.
 
-Native format (version 1), one directory::
+Native format (version 2), one directory::
 
-    manifest.json        {"format": "grainpack", "version": 1, "dtype": "uint16"|"uint32",
+    manifest.json        {"format": "grainpack", "version": 2, "dtype": "uint16"|"uint32",
                           "vocab_size": int|null, "eos_id": int|null, "num_documents": int,
-                          "num_tokens": int, "shards": [{"tokens_file", "offsets_file",
-                          "num_tokens", "num_documents", "tokens_sha256", "offsets_sha256"}]}
+                          "num_tokens": int, "summary_block_docs": int,
+                          "shards": [{"tokens_file", "offsets_file", "summary_file",
+                          "num_tokens", "num_documents", "tokens_sha256", "offsets_sha256",
+                          "summary_sha256"}]}
     tokens-00000.bin     raw little-endian token ids of shard 0, documents back to back
     offsets-00000.bin    raw little-endian int64, num_documents + 1 shard-local offsets:
                          first 0, last = the shard's num_tokens; document j of the shard is
                          tokens[offsets[j]:offsets[j + 1]]
+    summary-00000.bin    raw little-endian int64 block token totals of shard 0
+                         (:mod:`grainpack.corpus.summary`)
+
+Version 1 is version 2 without the summaries (``summary_block_docs``, ``summary_file``,
+``summary_sha256``); it is read as well, its totals computed when needed.
 
 Read back with ``np.memmap(dir / "tokens-00000.bin", dtype="<u2", mode="r")``. Documents never
 span shards; empty documents are stored (a repeated offset) so document ids match the input.
@@ -31,14 +38,16 @@ import numpy as np
 from grainpack.checks import is_int
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.source import OffsetsFile, ShardRecord, TokenShardSource
+from grainpack.corpus.summary import summary_pieces
 
 __all__ = ["MANIFEST_NAME", "open_native", "read_manifest"]
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "grainpack"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 DTYPES = ("uint16", "uint32")
-SHARD_FILE = re.compile(r"(tokens|offsets)-\d{5,}\.bin")
+SHARD_FILE = re.compile(r"(tokens|offsets|summary)-\d{5,}\.bin")
 
 PathLike = str | os.PathLike[str]
 
@@ -60,8 +69,13 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
     problems = []
     if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
         raise CorpusError(f"{file}: expected a JSON object with format='grainpack'")
-    if m.get("version") != FORMAT_VERSION:
-        problems.append(f"version={m.get('version')!r} (this grainpack reads {FORMAT_VERSION})")
+    version = m.get("version")
+    if version not in READ_VERSIONS:
+        problems.append(f"version={version!r} (this grainpack reads {list(READ_VERSIONS)})")
+    summaries = version == 2
+    block_docs = m.get("summary_block_docs")
+    if summaries and not (is_int(block_docs) and block_docs >= 1):
+        problems.append(f"summary_block_docs={block_docs!r} (expected an int >= 1)")
     if m.get("dtype") not in DTYPES:
         problems.append(f"dtype={m.get('dtype')!r} (expected 'uint16' or 'uint32')")
     for key in ("vocab_size", "eos_id"):
@@ -78,7 +92,7 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
         if not isinstance(s, dict):
             problems.append(f"shards[{i}] is {type(s).__name__} (expected an object)")
             continue
-        for key in ("tokens_file", "offsets_file"):
+        for key in ("tokens_file", "offsets_file", "summary_file")[: 3 if summaries else 2]:
             name = s.get(key)
             if not isinstance(name, str) or not name or Path(name).name != name or name[0] == ".":
                 problems.append(f"shards[{i}].{key}={name!r} (expected a plain file name)")
@@ -87,7 +101,7 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
                 totals[key] += s[key]
             else:
                 problems.append(f"shards[{i}].{key}={s.get(key)!r} (expected an int >= 0)")
-        for key in ("tokens_sha256", "offsets_sha256"):
+        for key in ("tokens_sha256", "offsets_sha256", "summary_sha256")[: 3 if summaries else 2]:
             if not (isinstance(s.get(key), str) and re.fullmatch(r"[0-9a-f]{64}", s[key])):
                 problems.append(f"shards[{i}].{key}={s.get(key)!r} (expected 64 hex digits)")
     for key, total in totals.items():
@@ -131,9 +145,16 @@ def _check_size(file: Path, expected: int, what: str, tokens: int | None = None)
 def open_native(path: Path, eos_id: int | None) -> TokenShardSource:
     m = read_manifest(path)
     itemsize = np.dtype(m["dtype"]).itemsize
-    records = []
+    block_docs = m.get("summary_block_docs")
+    records, first = [], 0
     for s in m["shards"]:
         tokens, offsets = path / s["tokens_file"], path / s["offsets_file"]
+        summary = None
+        if block_docs is not None:
+            summary = path / s["summary_file"]
+            pieces = summary_pieces(first, s["num_documents"], block_docs)
+            _check_size(summary, 8 * pieces, f"{pieces} block totals")
+        first += s["num_documents"]
         _check_size(
             tokens,
             s["num_tokens"] * itemsize,
@@ -142,7 +163,12 @@ def open_native(path: Path, eos_id: int | None) -> TokenShardSource:
         )
         _check_size(offsets, (s["num_documents"] + 1) * 8, f"{s['num_documents'] + 1} offsets")
         records.append(
-            ShardRecord(str(tokens), s["num_tokens"], OffsetsFile(str(offsets), s["num_documents"]))
+            ShardRecord(
+                str(tokens),
+                s["num_tokens"],
+                OffsetsFile(str(offsets), s["num_documents"]),
+                summary_path=None if summary is None else str(summary),
+            )
         )
     if eos_id is not None and m["eos_id"] is not None and eos_id != m["eos_id"]:
         raise ValueError(f"{path} records eos_id={m['eos_id']}, got {eos_id=}; omit eos_id")
@@ -153,4 +179,5 @@ def open_native(path: Path, eos_id: int | None) -> TokenShardSource:
         fingerprint=hashlib.sha256(canonical).hexdigest(),
         vocab_size=m["vocab_size"],
         eos_id=m["eos_id"] if eos_id is None else eos_id,
+        summary_block_docs=block_docs,
     )

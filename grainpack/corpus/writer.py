@@ -31,6 +31,7 @@ from grainpack.corpus.native import (
     plain_int,
 )
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
 
 __all__ = ["CorpusWriter", "write_corpus"]
 
@@ -113,9 +114,11 @@ def _check_document(tokens: Any, index: int, dtype: np.dtype, vocab_size: int | 
 class _ShardFiles:
     """One shard being written: token and offset files with running sha256 digests."""
 
-    def __init__(self, directory: Path, index: int) -> None:
+    def __init__(self, directory: Path, index: int, first_document: int) -> None:
         self.tokens_file, self.offsets_file = f"tokens-{index:05d}.bin", f"offsets-{index:05d}.bin"
+        self.summary_file = f"summary-{index:05d}.bin"
         self.paths = (directory / self.tokens_file, directory / self.offsets_file)
+        self.summary = ShardSummary(first_document)
         self.tokens, self.offsets = open(self.paths[0], "wb"), open(self.paths[1], "wb")  # noqa: SIM115
         self.tokens_hash, self.offsets_hash = hashlib.sha256(), hashlib.sha256()
         self.num_tokens = self.num_documents = 0
@@ -132,9 +135,15 @@ class _ShardFiles:
             self.tokens_hash.update(tokens.data)
         self.num_tokens += tokens.size
         self.num_documents += 1
+        self.summary.add(tokens.size)
         self._write_offset(self.num_tokens)
 
     def finish(self) -> dict[str, Any]:
+        summary = self.summary.to_bytes()
+        with open(self.paths[0].parent / self.summary_file, "wb") as f:
+            f.write(summary)
+            f.flush()
+            os.fsync(f.fileno())
         for f in (self.tokens, self.offsets):
             f.flush()
             os.fsync(f.fileno())
@@ -146,12 +155,15 @@ class _ShardFiles:
             "num_documents": self.num_documents,
             "tokens_sha256": self.tokens_hash.hexdigest(),
             "offsets_sha256": self.offsets_hash.hexdigest(),
+            "summary_file": self.summary_file,
+            "summary_sha256": hashlib.sha256(summary).hexdigest(),
         }
 
     def abort(self) -> None:
         for f, path in zip((self.tokens, self.offsets), self.paths, strict=True):
             f.close()
             path.unlink(missing_ok=True)
+        (self.paths[0].parent / self.summary_file).unlink(missing_ok=True)
 
 
 class CorpusWriter:
@@ -250,7 +262,7 @@ class CorpusWriter:
             self._shards.append(current.finish())
             current = None
         if current is None:
-            current = self._current = _ShardFiles(self.path, len(self._shards))
+            current = self._current = _ShardFiles(self.path, len(self._shards), index)
         current.add(arr)
         self._num_documents += 1
         self._num_tokens += arr.size
@@ -272,6 +284,7 @@ class CorpusWriter:
             "eos_id": self.eos_id,
             "num_documents": self._num_documents,
             "num_tokens": self._num_tokens,
+            "summary_block_docs": SUMMARY_BLOCK_DOCS,
             "shards": self._shards,
         }
         tmp = self.path / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
@@ -292,7 +305,7 @@ class CorpusWriter:
             self._current.abort()
             self._current = None
         for shard in self._shards:
-            for key in ("tokens_file", "offsets_file"):
+            for key in ("tokens_file", "offsets_file", "summary_file"):
                 (self.path / shard[key]).unlink(missing_ok=True)
 
     def __enter__(self) -> CorpusWriter:
