@@ -35,6 +35,7 @@ from grainpack.curriculum.bandit import LengthBandit
 from grainpack.curriculum.online import UndecidedEpochError
 from grainpack.curriculum.protocols import RateSchedule, Selector
 from grainpack.curriculum.selectors import BucketReport, Chain, LengthBuckets, LinearRamp, PerSource
+from grainpack.index.blocked import BlockedOrder
 from grainpack.index.hashing import splitmix64
 from grainpack.index.orders import (
     SequenceSelector,
@@ -95,6 +96,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BlockedOrder",
     "BucketReport",
     "Chain",
     "CheckpointRestore",

@@ -553,6 +553,8 @@ class BlockedRows:
         )
         pieces = []
         for w in touched.tolist():
+            if plan.prefix[w] == plan.prefix[w + 1]:
+                continue  # no tokens (empty documents only, or none kept)
             mine = np.flatnonzero((first <= w) & (last >= w))
             pieces.append(_clipped_spans(self._window(epoch, w), mine, a[mine], b[mine]))
         if touched.size:

@@ -183,9 +183,9 @@ class PipelineBatches:
         if estimate > limit:
             documents = sum(len(s) for s in self.sources)
             raise ValueError(
-                f"order='exact' would hold about {estimate / 2**30:.1f} GiB of index for "
-                f"{documents:,} documents ({copies} planning process(es); O(documents) per "
-                f"process), more than the limit of {limit / 2**30:.1f} GiB (a quarter of this "
+                f"order='exact' would hold about {_size(estimate)} of index for {documents:,} "
+                f"documents ({copies} planning process(es); O(documents) per process), more "
+                f"than the limit of {_size(limit)} (a quarter of this "
                 "machine's memory unless max_index_bytes is given). Use "
                 "order=gp.BlockedOrder(block_docs=4096, window_blocks=256) in PipelineConfig: "
                 "its memory is O(documents / block_docs) per process (README, 'Scale')"
@@ -325,3 +325,7 @@ def _block_selector(selector: object, name: str, block_docs: int) -> BlockSelect
             f"has {selector!r}. Use order='exact' for arbitrary per-document selectors"
         )
     return selector.for_blocks(block_docs)
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

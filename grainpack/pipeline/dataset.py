@@ -167,11 +167,7 @@ class PipelineIterator(grain.DatasetIterator):
         bad = [k for k in STATE_KEYS if not is_int(state[k])]
         if not isinstance(counts, list) or not all(is_int(c) and c >= 0 for c in counts):
             bad.append("counts")
-        if (
-            bad
-            or state["step"] < 0
-            or not 0 <= state["process_index"] < state["process_count"]
-        ):
+        if bad or state["step"] < 0 or not 0 <= state["process_index"] < state["process_count"]:
             raise ValueError(
                 f"corrupt grainpack iterator state {dict(state)!r}: every value must be an int "
                 "(counts: a list of ints >= 0), step >= 0 and 0 <= process_index < process_count"
