@@ -418,13 +418,16 @@ class TokenShardSource:
         starts = self._document_starts()
         if len(self._shards) == 1:
             return self._local(0)[docs]
-        shard = np.searchsorted(starts, docs, side="right") - 1
+        flat = docs.reshape(-1)
+        shard = np.searchsorted(starts, flat, side="right") - 1
         np.minimum(shard, len(self._shards) - 1, out=shard)  # document N: the last shard's end
-        out = np.empty(docs.shape, dtype=np.int64)
-        for k in np.unique(shard).tolist():
-            mine = shard == k
-            out[mine] = self._local(k)[docs[mine] - starts[k]] + self._starts_list[k]
-        return out
+        order = np.argsort(shard, kind="stable")  # one contiguous run of requests per shard
+        cuts = np.searchsorted(shard[order], np.arange(len(self._shards) + 1))
+        out = np.empty(flat.shape, dtype=np.int64)
+        for k in np.flatnonzero(np.diff(cuts)).tolist():
+            mine = order[cuts[k] : cuts[k + 1]]
+            out[mine] = self._local(k)[flat[mine] - starts[k]] + self._starts_list[k]
+        return out.reshape(docs.shape)
 
     def offsets_between(self, first: int, stop: int) -> np.ndarray:
         """int64 stream offsets of documents ``first .. stop`` (``stop - first + 1`` values:
