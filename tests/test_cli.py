@@ -11,6 +11,7 @@ import pytest
 
 import grainpack as gp
 from grainpack.cli.main import main
+from grainpack.corpus.writer import shuffled_order
 from grainpack.pipeline.batches import PipelineBatches
 
 
@@ -141,3 +142,15 @@ def test_demo_streams_batches(tmp_path, capsys):
     assert main(["demo", "--steps", "5", "--directory", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "tokens/s" in out and "realized" in out and " el " in out
+
+
+def test_build_shuffle_stores_a_seeded_order(tmp_path, capsys):
+    np.save(tmp_path / "a.npy", np.arange(60).reshape(20, 3))
+    out = tmp_path / "out"
+    assert main(["build", str(tmp_path / "a.npy"), "-o", str(out), "--shuffle", "3"]) == 0
+    order = shuffled_order(np.arange(20), 20, seed=3)
+    assert [d.tolist() for d in gp.open_corpus(out)] == [
+        [3 * i, 3 * i + 1, 3 * i + 2] for i in order
+    ]
+    assert gp.read_manifest(out)["shuffle_seed"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "out"]  # staging removed

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.writer import CorpusWriter, write_corpus
+from grainpack.corpus.writer import CorpusWriter, shuffle_corpus, shuffled_order, write_corpus
 
 DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], [9], [], [10, 11]]
 
@@ -95,3 +97,26 @@ def test_corpus_writer_accepts_numpy_integer_options(tmp_path):
     src = write_corpus(tmp_path, [[1]], vocab_size=np.int64(5), eos_id=np.uint16(1))
     assert (src.vocab_size, src.eos_id) == (5, 1)
     assert type(open_corpus(tmp_path, eos_id=np.int32(1)).eos_id) is int
+
+
+def test_shuffle_stores_documents_in_a_seeded_order(tmp_path):
+    docs = [[i] * (i % 5) for i in range(40)]  # empty documents too
+    with CorpusWriter(tmp_path / "c", shuffle=7, shard_tokens=9) as writer:
+        assert [writer.add(d) for d in docs[:3]] == [0, 1, 2]  # input indices
+        for d in docs[3:]:
+            writer.add(d)
+    src = open_corpus(tmp_path / "c")
+    order = shuffled_order(np.arange(40), 40, seed=7)
+    assert [d.tolist() for d in src] == [docs[i] for i in order.tolist()]
+    assert sorted(order.tolist()) == list(range(40)) and order.tolist() != list(range(40))
+    assert json.loads((tmp_path / "c" / "manifest.json").read_text())["shuffle_seed"] == 7
+    assert sorted(p.name for p in (tmp_path / "c").iterdir())[0] == "manifest.json"  # no staging
+    other = shuffle_corpus(tmp_path / "c", tmp_path / "d", seed=8)
+    assert sorted(map(tuple, other)) == sorted(map(tuple, docs))
+
+
+def test_a_failed_shuffled_write_leaves_no_corpus(tmp_path):
+    with pytest.raises(ValueError, match="negative"), CorpusWriter(tmp_path, shuffle=1) as w:
+        w.add([1, 2])
+        w.add([-1])
+    assert list(tmp_path.iterdir()) == []

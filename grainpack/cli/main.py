@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +26,8 @@ EPILOG = {
   grainpack show-step 1200 --source en=corpus/en --source fr=corpus/fr \\
       --weight en=0.7 --weight fr=0.3 --block 2048 --batch-size 256
   grainpack show-step 1200 --config run.json --processes 4""",
-    "bench": "example:\n  grainpack bench --tokens 20000000 --json bench.json",
+    "bench": "examples:\n  grainpack bench --tokens 20000000 --json bench.json\n"
+    "  grainpack bench --scale --directory /data/tmp --json scale.json",
     "demo": "example:\n  grainpack demo --steps 500",
 }
 
@@ -66,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--field", default="input_ids", help="JSON-lines field with the token ids")
     p.add_argument("--shard-tokens", type=int, default=1 << 28)
     p.add_argument("--overwrite", action="store_true", help="replace an existing corpus")
+    p.add_argument(
+        "--shuffle",
+        type=int,
+        metavar="SEED",
+        help="store documents in the random order of SEED (recorded in the manifest)",
+    )
 
     p = command("inspect", "documents, tokens, dtype, length percentiles, max token id")
     p.add_argument("path")
@@ -96,6 +104,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument(
+        "--scale",
+        action="store_true",
+        help="instead: the blocked order at scale (a sparse corpus of --documents in a "
+        "temporary folder under --directory, deleted afterwards unless --keep)",
+    )
+    p.add_argument("--documents", type=float, default=1e9, help="--scale: corpus documents")
+    p.add_argument(
+        "--boundary-documents",
+        type=float,
+        default=1e8,
+        help="--scale: documents of the corpus whose epoch boundary is timed",
+    )
+    p.add_argument(
+        "--quality-documents",
+        type=float,
+        default=1e7,
+        help="--scale: documents of the randomness comparison (0: skip it)",
+    )
+    p.add_argument("--keep", action="store_true", help="--scale: keep the corpora")
 
     p = command("demo", "write the embedded two-language corpus and stream batches from it")
     p.add_argument("--steps", type=int, default=2000)
@@ -144,26 +172,42 @@ def _build(args: argparse.Namespace) -> None:
     from grainpack.corpus import convert
 
     inputs = [Path(p) for p in args.inputs]
+    output = Path(args.output)
+    if args.shuffle is not None:  # convert into a staging directory, then copy shuffled
+        output = output.with_name(f".{output.name}.unshuffled")
     options = dict(
         vocab_size=args.vocab_size,
         eos_id=args.eos_id,
         shard_tokens=args.shard_tokens,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite or args.shuffle is not None,
         progress=True,
     )
     if all(p.suffix == ".npy" for p in inputs):
-        src = convert.convert_npy(inputs, args.output, dtype=args.dtype or "uint16", **options)
+        src = convert.convert_npy(inputs, output, dtype=args.dtype or "uint16", **options)
     elif all(p.name.endswith((".jsonl", ".jsonl.gz")) for p in inputs):
         src = convert.convert_jsonl(
-            inputs, args.output, field=args.field, dtype=args.dtype or "uint16", **options
+            inputs, output, field=args.field, dtype=args.dtype or "uint16", **options
         )
     elif len(inputs) == 1:
-        src = convert.convert_corpus(inputs[0], args.output, dtype=args.dtype, **options)
+        src = convert.convert_corpus(inputs[0], output, dtype=args.dtype, **options)
     else:
         raise ValueError(
             "inputs must be .npy files, .jsonl(.gz) files, or one Megatron prefix / seed-layout "
             f"directory; got {args.inputs}"
         )
+    if args.shuffle is not None:
+        from grainpack.corpus.writer import shuffle_corpus
+
+        try:
+            src = shuffle_corpus(
+                output,
+                args.output,
+                seed=args.shuffle,
+                shard_tokens=args.shard_tokens,
+                overwrite=args.overwrite,
+            )
+        finally:
+            shutil.rmtree(output)
     print(
         f"wrote {args.output}: {src.num_documents:,} documents, {src.num_tokens:,} tokens, "
         f"{src.dtype}"
@@ -274,6 +318,18 @@ def _show_step(args: argparse.Namespace) -> None:
 
 
 def _bench(args: argparse.Namespace) -> None:
+    if args.scale:
+        from grainpack.cli.scale import run_scale_benchmarks
+
+        run_scale_benchmarks(
+            documents=int(args.documents),
+            boundary_documents=int(args.boundary_documents),
+            quality_documents=int(args.quality_documents),
+            directory=args.directory,
+            keep=args.keep,
+            json_path=args.json,
+        )
+        return
     from grainpack.cli.bench import run_benchmarks
 
     run_benchmarks(

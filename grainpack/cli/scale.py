@@ -255,11 +255,13 @@ def boundary_stall(path: str, *, batches: int = WINDOW_BATCHES, repeats: int = 3
     config = _config(path, _blocked())
     pipeline = PipelineBatches(config)
     boundary = pipeline.rows(0).rows_per_epoch // BATCH  # the batch that crosses into epoch 1
+    warmup = pipeline.steps_per_element
+    batches = max(2, min(batches, boundary - warmup - 1))  # a small corpus: shorter ranges
     out: dict[str, Any] = {"boundary_step": boundary, "batches": batches, "repeats": repeats}
-    for label, start in (("away", boundary // 2), ("around", boundary - batches // 2)):
+    starts = (max(boundary // 2, warmup + 1), boundary - batches // 2)
+    for label, start in zip(("away", "around"), starts):
         wall, cpu = np.empty((repeats, batches)), np.empty((repeats, batches))
         for r in range(repeats):
-            warmup = pipeline.steps_per_element
             iterator = iter(gp.make_dataset(config, process_index=0, process_count=1))
             iterator.set_state(_state_at(pipeline, start - warmup))
             for _ in range(warmup):

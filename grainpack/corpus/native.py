@@ -18,7 +18,9 @@ Native format (version 2), one directory::
                          (:mod:`grainpack.corpus.summary`)
 
 Version 1 is version 2 without the summaries (``summary_block_docs``, ``summary_file``,
-``summary_sha256``); it is read as well, its totals computed when needed.
+``summary_sha256``); it is read as well, its totals computed when needed. A corpus written
+with ``shuffle=seed`` also records ``"shuffle_seed"`` (stored document ``i`` is input
+document ``grainpack.corpus.writer.shuffled_order(i, num_documents, seed)``).
 
 Read back with ``np.memmap(dir / "tokens-00000.bin", dtype="<u2", mode="r")``. Documents never
 span shards; empty documents are stored (a repeated offset) so document ids match the input.
@@ -76,6 +78,8 @@ def read_manifest(path: PathLike) -> dict[str, Any]:
     block_docs = m.get("summary_block_docs")
     if summaries and not (is_int(block_docs) and block_docs >= 1):
         problems.append(f"summary_block_docs={block_docs!r} (expected an int >= 1)")
+    if "shuffle_seed" in m and not (is_int(m["shuffle_seed"]) and m["shuffle_seed"] >= 0):
+        problems.append(f"shuffle_seed={m['shuffle_seed']!r} (expected an int >= 0)")
     if m.get("dtype") not in DTYPES:
         problems.append(f"dtype={m.get('dtype')!r} (expected 'uint16' or 'uint32')")
     for key in ("vocab_size", "eos_id"):

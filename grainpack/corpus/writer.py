@@ -3,6 +3,13 @@
 Shards are written under their final names and the manifest last, atomically (temp name,
 fsync, rename, directory fsync): a directory whose writing was interrupted never opens as a
 complete corpus, and rerunning the build replaces its leftovers.
+
+With ``shuffle=seed`` documents are stored in a seeded random order, so storage order
+carries no clustering into the blocks of the blocked order: stored document ``i`` is input
+document ``shuffled_order(i, N, seed)`` (a keyed bijection; the seed is recorded in the
+manifest as ``shuffle_seed``). The input is staged in ``.shuffle-staging/`` inside the
+output directory and copied out in that order (twice the disk while writing, ``O(1)``
+memory).
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import struct
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.checks import is_int
+from grainpack.checks import check_int, is_int
 from grainpack.corpus.errors import CorpusExistsError
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import (
@@ -32,8 +40,22 @@ from grainpack.corpus.native import (
 )
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
+from grainpack.index.blocked import feistel, mix_key
 
-__all__ = ["CorpusWriter", "write_corpus"]
+__all__ = ["CorpusWriter", "shuffle_corpus", "shuffled_order", "write_corpus"]
+
+SHUFFLE_STREAM = 0x5AFF1E
+STAGING = ".shuffle-staging"
+
+
+def shuffled_order(stored: Any, num_documents: int, seed: int) -> np.ndarray:
+    """Input index of stored documents ``stored`` of a corpus written with ``shuffle=seed``.
+
+    Example:
+        >>> sorted(shuffled_order(np.arange(5), 5, seed=1).tolist())
+        [0, 1, 2, 3, 4]
+    """
+    return feistel(np.asarray(stored), num_documents, mix_key(seed, SHUFFLE_STREAM))
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -182,6 +204,8 @@ class CorpusWriter:
         shard_tokens: Token budget per shard file.
         overwrite: Replace a complete corpus at ``path``; its manifest is removed first, so a
             crash mid-overwrite leaves a directory that does not open.
+        shuffle: Store the documents in the random order of this seed (see the module
+            docstring); ``add`` still returns input indices.
 
     Raises:
         CorpusExistsError: ``path`` holds a corpus and ``overwrite`` is false (a
@@ -203,6 +227,7 @@ class CorpusWriter:
         eos_id: int | None = None,
         shard_tokens: int = 1 << 28,
         overwrite: bool = False,
+        shuffle: int | None = None,
     ) -> None:
         vocab_size, eos_id, shard_tokens = (
             plain_int(vocab_size),
@@ -217,6 +242,13 @@ class CorpusWriter:
         self._current: _ShardFiles | None = None
         self._num_documents = self._num_tokens = 0
         self._closed = False
+        self.shuffle = None if shuffle is None else check_int("shuffle", plain_int(shuffle))
+        self._staging: CorpusWriter | None = None
+        if self.shuffle is not None:
+            options = dict(dtype=self._dtype.name, vocab_size=vocab_size, eos_id=eos_id)
+            self._staging = CorpusWriter(
+                self.path / STAGING, shard_tokens=shard_tokens, overwrite=True, **options
+            )
 
     def _prepare_directory(self, overwrite: bool) -> None:
         p = self.path
@@ -251,6 +283,11 @@ class CorpusWriter:
         """Appends one document (a 1-D sequence of int ids) and returns its index."""
         if self._closed:
             raise ValueError(f"CorpusWriter for {self.path} is closed; open a new writer")
+        if self._staging is not None:
+            return self._staging.add(tokens)
+        return self._append(tokens)
+
+    def _append(self, tokens: Any) -> int:
         index = self._num_documents
         arr = _check_document(tokens, index, self._dtype, self.vocab_size)
         current = self._current
@@ -272,6 +309,10 @@ class CorpusWriter:
         """Finishes the last shard and writes the manifest atomically (idempotent)."""
         if self._closed:
             return
+        if self._staging is not None:
+            self._staging.close()
+            self._copy_shuffled(open_corpus(self._staging.path))
+            shutil.rmtree(self._staging.path)
         self._closed = True
         if self._current is not None:
             self._shards.append(self._current.finish())
@@ -286,7 +327,7 @@ class CorpusWriter:
             "num_tokens": self._num_tokens,
             "summary_block_docs": SUMMARY_BLOCK_DOCS,
             "shards": self._shards,
-        }
+        } | ({} if self.shuffle is None else {"shuffle_seed": self.shuffle})
         tmp = self.path / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump(manifest, f, indent=1)
@@ -296,10 +337,20 @@ class CorpusWriter:
         os.replace(tmp, self.path / MANIFEST_NAME)
         _fsync_dir(self.path)
 
+    def _copy_shuffled(self, source: TokenShardSource) -> None:
+        """Appends the documents of ``source`` in the order of ``shuffle``."""
+        n = len(source)
+        for lo in range(0, n, 1 << 16):
+            for document in shuffled_order(np.arange(lo, min(lo + (1 << 16), n)), n, self.shuffle):
+                self._append(source[int(document)])
+
     def abort(self) -> None:
         """Stops writing without a manifest and removes the shard files written so far."""
         if self._closed:
             return
+        if self._staging is not None:
+            self._staging.abort()
+            shutil.rmtree(self._staging.path, ignore_errors=True)
         self._closed = True
         if self._current is not None:
             self._current.abort()
@@ -332,6 +383,7 @@ def write_corpus(
     eos_id: int | None = None,
     shard_tokens: int = 1 << 28,
     overwrite: bool = False,
+    shuffle: int | None = None,
 ) -> TokenShardSource:
     """Writes ``documents`` (each a 1-D sequence of ids) as a native corpus and opens it.
 
@@ -344,7 +396,39 @@ def write_corpus(
         ([[5, 6], [7]], 'uint16', 7)
     """
     options = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, shard_tokens=shard_tokens)
-    with CorpusWriter(path, overwrite=overwrite, **options) as writer:  # type: ignore[arg-type]
+    with CorpusWriter(path, overwrite=overwrite, shuffle=shuffle, **options) as writer:  # type: ignore[arg-type]
         for doc in documents:
             writer.add(doc)
+    return open_corpus(path)
+
+
+def shuffle_corpus(
+    source: PathLike,
+    path: PathLike,
+    *,
+    seed: int,
+    shard_tokens: int = 1 << 28,
+    overwrite: bool = False,
+) -> TokenShardSource:
+    """Copies the corpus at ``source`` (any format :func:`open_corpus` reads) to a native
+    corpus at ``path`` whose documents are stored in the random order of ``seed``.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> _ = write_corpus(f"{d}/a", [[1], [2], [3]])
+        >>> [x.tolist() for x in shuffle_corpus(f"{d}/a", f"{d}/b", seed=0)]
+        [[2], [1], [3]]
+    """
+    src = open_corpus(source)
+    with CorpusWriter(
+        path,
+        dtype=src.dtype.name if src.dtype.name in DTYPES else "uint32",
+        vocab_size=src.vocab_size,
+        eos_id=src.eos_id,
+        shard_tokens=shard_tokens,
+        overwrite=overwrite,
+    ) as writer:
+        writer.shuffle = check_int("seed", seed)
+        writer._copy_shuffled(src)
     return open_corpus(path)
