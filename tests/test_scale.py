@@ -50,12 +50,20 @@ def test_scale_measurements_on_a_small_corpus(tmp_path):
 
 
 def test_order_quality_compares_the_orders():
-    rows = order_quality(num_documents=30_000, configs=((64, 4),), batch_rows=(16,), max_batches=30)
-    assert [r["order"] for r in rows] == ["exact", "blocked C=64 K=4"]
-    assert all(r["visited_once"] and r["batches"] == 30 for r in rows)
-    exact, blocked = rows
-    # 4 blocks of 64 documents per window: a batch of ~33 documents draws on few regions.
-    assert blocked["regions_per_document"] < exact["regions_per_document"]
+    rows = order_quality(num_documents=30_000, configs=((64, 4),), batch_rows=(64,))
+    labels = [(r["order"], r["storage"]) for r in rows]
+    assert labels == [
+        ("exact", "input order"),
+        ("blocked C=64 K=4", "input order"),
+        ("blocked C=64 K=4", "shuffled"),
+    ]
+    assert all(r["visited_once"] for r in rows)
+    exact, blocked, shuffled = rows
+    # 4 blocks of 64 documents per window: a batch of ~130 documents reads few regions and
+    # follows the clustered input; stored shuffled, it is as random as the exact order.
+    assert blocked["storage_regions_per_document"] < exact["storage_regions_per_document"]
+    assert blocked["design_effect"] > 5 and blocked["lag1_correlation"] > 0.5
+    assert shuffled["design_effect"] < 2 and abs(shuffled["lag1_correlation"]) < 0.3
 
 
 def test_bench_scale_from_the_command_line(tmp_path, capsys):

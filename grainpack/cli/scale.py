@@ -323,46 +323,58 @@ def order_quality(
     num_documents: int = 10**7,
     configs: tuple[tuple[int, int], ...] = ((4096, 256), (1024, 1024), (256, 4096), (64, 16384)),
     batch_rows: tuple[int, ...] = (256, 2048),
-    max_batches: int = 2000,
 ) -> list[dict[str, Any]]:
     """Randomness of the blocked order next to the exact order, on realistic lengths.
 
-    For each order and global batch size (``batch_rows`` rows of ``BLOCK + 1`` tokens), over
-    the first ``max_batches`` global batches of epoch 0 (one source, so a global batch is
-    consecutive rows of the stream): documents per batch; distinct storage blocks of 4096
-    documents per batch, divided by documents per batch (1.0: every document from its own
-    region); the lag-1 correlation of the mean stored document id of consecutive batches;
-    the design effect of a storage-sorted attribute (the storage decile: the variance of a
-    batch's share of decile 0 over its variance under independent draws); and whether the
-    whole epoch visits every document exactly once.
+    Epoch 0 of one source (so a global batch of ``batch_rows`` rows is consecutive rows of
+    the stream), over every global batch of the epoch. Two storages: documents stored in
+    their input order, where the input is clustered (think of a corpus sorted by domain or
+    crawl date: the attribute of interest follows the input position), and stored with
+    ``shuffle`` (write time). Per order, storage and batch size:
+
+    * ``storage_regions_per_batch``: distinct storage regions of 4096 documents a global
+      batch reads, and that divided by its documents (1.0: each from its own region);
+    * ``lag1_correlation``: correlation of the mean input position of consecutive batches
+      (0 for independent batches);
+    * ``design_effect``: variance of a batch's share of the first input decile over its
+      variance under independent draws (1.0: as random as independent draws);
+    * ``visited_once``: every document starts exactly once in the epoch.
     """
+    from grainpack.corpus.writer import shuffled_order
     from grainpack.index.blocked import BlockedOrder, BlockedRows
     from grainpack.index.stream import SourceRows
 
     lengths = np.concatenate(list(sparse_lengths(num_documents, seed=1)))
-    layout = _Lengths(lengths)
     results = []
-    streams: list[tuple[str, Any]] = [
-        ("exact", SourceRows(lengths, unit="documents", block=BLOCK, seed=SEED, boundary=True))
-    ]
-    for c, k in configs:
-        totals = np.add.reduceat(lengths, np.arange(0, len(lengths), c))
-        rows = BlockedRows(
-            layout, order=BlockedOrder(c, k), unit="documents", block=BLOCK, seed=SEED,
-            boundary=True, block_tokens=totals, plan_ahead=False,
-        )  # fmt: skip
-        streams.append((f"blocked C={c} K={k}", rows))
-    for label, rows in streams:
-        t0 = time.process_time()
-        first_rows = _epoch_first_documents(rows, num_documents)
-        once = bool((first_rows[1] == 1).all())
-        for size in batch_rows:
-            firsts = first_rows[0][: size * max_batches]
-            results.append(
-                {"order": label, "batch_rows": size, "visited_once": once}
-                | _batch_metrics(firsts, size, num_documents)
-            )
-        results[-1]["cpu_s"] = time.process_time() - t0
+    for storage in ("input order", "shuffled"):
+        stored = lengths
+        if storage == "shuffled":  # stored document i is input document order[i]
+            order = shuffled_order(np.arange(num_documents), num_documents, SEED)
+            stored = lengths[order]
+        streams: list[tuple[str, Any]] = []
+        if storage == "input order":  # the exact order is a full permutation either way
+            rows = SourceRows(stored, unit="documents", block=BLOCK, seed=SEED, boundary=True)
+            streams.append(("exact", rows))
+        for c, k in configs:
+            totals = np.add.reduceat(stored, np.arange(0, len(stored), c))
+            rows = BlockedRows(
+                _Lengths(stored), order=BlockedOrder(c, k), unit="documents", block=BLOCK,
+                seed=SEED, boundary=True, block_tokens=totals, plan_ahead=False,
+            )  # fmt: skip
+            streams.append((f"blocked C={c} K={k}", rows))
+        for label, rows in streams:
+            t0 = time.process_time()
+            per_row, visits = _epoch_first_documents(rows, num_documents)
+            once = bool((visits == 1).all())
+            for size in batch_rows:
+                metrics = _batch_metrics(
+                    per_row, size, num_documents, order if storage == "shuffled" else None
+                )
+                results.append(
+                    {"order": label, "storage": storage, "batch_rows": size, "visited_once": once}
+                    | metrics
+                )
+            results[-1]["cpu_s"] = time.process_time() - t0
     return results
 
 
@@ -381,21 +393,24 @@ def _epoch_first_documents(rows: Any, n: int) -> tuple[list[np.ndarray], np.ndar
     return per_row, visits
 
 
-def _batch_metrics(per_row: list[np.ndarray], size: int, n: int) -> dict[str, Any]:
+def _batch_metrics(
+    per_row: list[np.ndarray], size: int, n: int, input_of: np.ndarray | None
+) -> dict[str, Any]:
     batches = [np.concatenate(per_row[i : i + size]) for i in range(0, len(per_row), size)]
     batches = [b for b in batches if len(b)]
     docs = np.array([len(b) for b in batches])
     regions = np.array([len(np.unique(b // 4096)) for b in batches])
-    means = np.array([b.mean() for b in batches])
-    share = np.array([(b < n // 10).mean() for b in batches])
+    inputs = batches if input_of is None else [input_of[b] for b in batches]
+    means = np.array([b.mean() for b in inputs])
+    share = np.array([(b < n // 10).mean() for b in inputs])
     deff = share.var() / (0.1 * 0.9 / docs.mean())
     return {
         "batches": len(batches),
         "documents_per_batch": float(docs.mean()),
-        "regions_per_batch": float(regions.mean()),
-        "regions_per_document": float((regions / docs).mean()),
-        "lag1_correlation_of_mean_id": float(np.corrcoef(means[:-1], means[1:])[0, 1]),
-        "design_effect_storage_decile": float(deff),
+        "storage_regions_per_batch": float(regions.mean()),
+        "storage_regions_per_document": float((regions / docs).mean()),
+        "lag1_correlation": float(np.corrcoef(means[:-1], means[1:])[0, 1]),
+        "design_effect": float(deff),
     }
 
 
