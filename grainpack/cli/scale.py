@@ -7,9 +7,13 @@ offsets on disk) into a temporary directory under ``directory`` (deleted afterwa
 ``keep``), and measures in fresh processes, with ``order=BlockedOrder(4096, 256)``,
 ``block=2048``, a global batch of 8 and one source:
 
-* the first batch of ``make_dataset`` (wall and CPU time);
+* the first batch of ``make_dataset`` (wall and CPU time, from ``make_dataset`` to the
+  first batch, Grain and JAX already imported);
 * a restore at step 10**8 (``set_state``, which recomputes and checks the last batch,
   then ``next``);
+
+each with the corpus files dropped from the page cache first (cold: a job starting on a
+fresh machine) and again with them cached (warm);
 * the peak anonymous memory (``RssAnon`` of ``/proc/self/status``, sampled every
   millisecond: the process's own memory; mapped corpus pages are page cache);
 * that ``order="exact"`` refuses the corpus at once (the memory guard);
@@ -184,7 +188,7 @@ def _blocked() -> Any:
 def _task(name: str, path: str, extra: dict[str, Any]) -> dict[str, Any]:
     """One measurement, in this (fresh) process."""
     import grainpack as gp
-    from grainpack.pipeline.dataset import batch_digest
+    from grainpack.pipeline.dataset import batch_digest, make_dataset  # imports Grain, JAX
 
     baseline = _status("RssAnon")
     if name == "state":  # the checkpoint state of step RESTORE_STEP (setup, not timed)
@@ -208,7 +212,7 @@ def _task(name: str, path: str, extra: dict[str, Any]) -> dict[str, Any]:
         return {"refused_s": None}
     peak = _AnonPeak()
     wall, cpu = time.perf_counter(), time.process_time()
-    iterator = iter(gp.make_dataset(_config(path, _blocked()), process_index=0, process_count=1))
+    iterator = iter(make_dataset(_config(path, _blocked()), process_index=0, process_count=1))
     if name == "restore":
         iterator.set_state(extra["state"])
     batch = next(iterator)
@@ -223,7 +227,20 @@ def _task(name: str, path: str, extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _in_fresh_process(name: str, path: str, **extra: Any) -> dict[str, Any]:
+def evict(path: str | os.PathLike[str]) -> None:
+    """Drops the corpus's files from the page cache (``posix_fadvise(DONTNEED)``), so the
+    next measurement reads from disk, as a job starting on a fresh machine does."""
+    for file in Path(path).iterdir():
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _in_fresh_process(name: str, path: str, *, cold: bool = False, **extra: Any) -> dict[str, Any]:
+    if cold:
+        evict(path)
     code = (
         "import json, sys; from grainpack.cli.scale import _task; "
         "print(json.dumps(_task(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))))"
@@ -244,12 +261,14 @@ def boundary_stall(path: str, *, batches: int = WINDOW_BATCHES, repeats: int = 3
     as many away from it (the middle of the epoch), in this process (``worker_count=0``).
 
     Each range is run ``repeats`` times from a restore shortly before it (one Grain element
-    of warm-up is not timed); a batch's time is its minimum over the runs, so the machine's
+    of warm-up and the planning ahead the restore starts are not timed: a restore is not a
+    boundary); a batch's time is its minimum over the runs, so the machine's
     noise (other processes on shared cores) drops out while a stall of the pipeline's own,
     which happens in every run, stays. The raw worst and the worst main-thread CPU time are
     reported too.
     """
     import grainpack as gp
+    from grainpack.index.blocked import _prefetcher
     from grainpack.pipeline.batches import PipelineBatches
 
     config = _config(path, _blocked())
@@ -266,6 +285,7 @@ def boundary_stall(path: str, *, batches: int = WINDOW_BATCHES, repeats: int = 3
             iterator.set_state(_state_at(pipeline, start - warmup))
             for _ in range(warmup):
                 next(iterator)
+            _prefetcher().submit(lambda: None).result()  # the restore's planning ahead is done
             for i in range(batches):
                 t0, c0 = time.perf_counter(), time.thread_time()
                 next(iterator)
@@ -454,11 +474,14 @@ def run_scale_benchmarks(
             }
             print(f"wrote {label} corpus: {results[f'{label}_corpus']}", flush=True)
         large = str(root / "large")
-        results["first_batch"] = _in_fresh_process("first", large)
-        print(f"first batch: {results['first_batch']}", flush=True)
         state = _in_fresh_process("state", large)
-        results["restore"] = _in_fresh_process("restore", large, state=state)
-        print(f"restore at step {RESTORE_STEP}: {results['restore']}", flush=True)
+        for cache in ("cold", "warm"):  # corpus files evicted from the page cache, or not
+            cold = cache == "cold"
+            first = results[f"first_batch_{cache}"] = _in_fresh_process("first", large, cold=cold)
+            print(f"first batch ({cache} page cache): {first}", flush=True)
+            restore = _in_fresh_process("restore", large, cold=cold, state=state)
+            results[f"restore_{cache}"] = restore
+            print(f"restore at step {RESTORE_STEP} ({cache} page cache): {restore}", flush=True)
         results["exact_refused"] = _in_fresh_process("exact", large)
         print(f"exact order: {results['exact_refused']}", flush=True)
         results["boundary_stall"] = boundary_stall(str(root / "boundary"))

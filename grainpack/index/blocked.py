@@ -17,8 +17,10 @@ per window (:class:`BlockedOrder`):
 Rows are located by a binary search over the ``M / K + 1`` window prefix sums of the epoch
 (from per-block token totals written with the corpus), then ``O(K*C)`` work in one window.
 Nothing is ``O(N)``: per process an epoch costs ``O(M)`` time and ``O(M / K)`` memory, a
-window ``O(K*C)``. The next window and the next epoch are planned ahead on a background
-thread, so crossing them does not stall ``next()``.
+window ``O(K*C)``. Once the rows asked for pass the middle of a window, the next window
+(after an epoch's last window, the next epoch's plan and first window) is planned on a
+background thread: crossing windows and epochs does not stall ``next()``, and the planning
+does not coincide with the crossing.
 
 The windows unit (``unit="windows"``) visits the ``tokens // (block + 1)`` windows of the
 stored stream in the order of the same bijection instead of a materialized permutation.
@@ -63,7 +65,7 @@ WINDOW_DOCUMENTS_STREAM = 0xB1D0
 WINDOWS_UNIT_STREAM = 0xB1A5
 FEISTEL_ROUNDS = 6
 _CHUNK = 1 << 16  # values encrypted at once: the temporaries stay in cache (3x faster than 2**20)
-_CACHED_EPOCHS, _CACHED_WINDOWS = 3, 4
+_CACHED_EPOCHS, _CACHED_WINDOWS = 3, 3  # the window before, the current one, the next one
 
 
 def mix_key(*words: int) -> int:
@@ -288,9 +290,6 @@ class BlockedRows:
             c, k = order.block_docs, order.window_blocks
             self.num_blocks = m = -(-n // c)
             self.num_windows = -(-m // k)
-            self._block_docs = np.full(m, c, dtype=np.int64)
-            if m:
-                self._block_docs[-1] = n - (m - 1) * c
             if selector is not None:
                 if getattr(selector, "block_docs", None) != c:
                     raise ValueError(
@@ -306,7 +305,10 @@ class BlockedRows:
                         f"block_tokens must hold one total per block of {c} documents: "
                         f"{m} values for {n} documents, got shape {tokens.shape}"
                     )
-                self._tokens = tokens + self._block_docs if boundary else tokens
+                self._tokens = tokens
+                if boundary:  # one boundary token per document (the last one's removed below)
+                    self._tokens = tokens + c
+                    self._tokens[-1:] += n - m * c
                 self._total = int(self._tokens.sum()) - (1 if boundary and n else 0)
                 self.rows_per_epoch = -(-self._total // width)
         self._totals: list[int] = []  # stream tokens of each epoch (selector only)
@@ -481,6 +483,9 @@ class BlockedRows:
         firsts = blocks * c
         stops = np.minimum(firsts + c, n)
         counts = stops - firsts
+        read_ahead = getattr(self.layout, "read_ahead", None)  # a layout may fetch runs early
+        if read_ahead is not None:
+            read_ahead(list(zip(firsts.tolist(), stops.tolist())))
         documents = np.repeat(firsts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
         lengths = np.concatenate(
             [
@@ -557,8 +562,10 @@ class BlockedRows:
                 continue  # no tokens (empty documents only, or none kept)
             mine = np.flatnonzero((first <= w) & (last >= w))
             pieces.append(_clipped_spans(self._window(epoch, w), mine, a[mine], b[mine]))
-        if touched.size:
-            self._plan_ahead(epoch, int(touched[-1]))
+        if touched.size:  # past the middle of the last window: plan the next one
+            w = int(touched[-1])
+            if 2 * int(b.max()) > int(plan.prefix[w] + plan.prefix[w + 1]):
+                self._plan_ahead(epoch, w)
         return _merge(pieces, b - a)
 
     def _window_unit_spans(self, epoch: int, rows: np.ndarray) -> Spans:
