@@ -358,3 +358,17 @@ def test_the_exact_order_refuses_a_corpus_too_large_for_it(corpora):
         gp.make_dataset(config(corpora, order="exact"), process_index=0, process_count=1,
                         max_index_bytes=10_000)  # fmt: skip
     gp.make_dataset(config(corpora), process_index=0, process_count=1, max_index_bytes=10_000)
+
+
+@pytest.mark.slow
+def test_workers_and_a_restore_with_workers(corpora):
+    cfg = config(corpora)
+    want, it = batches(cfg, 30)
+    state = it.get_state()
+    got, _ = batches(cfg, 30, worker_count=2)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a["inputs"], b["inputs"])
+    restored = iter(gp.make_dataset(cfg, process_index=0, process_count=1, worker_count=2))
+    restored.set_state(state)  # the workers start at the restored counts
+    np.testing.assert_array_equal(next(restored)["inputs"], next(it)["inputs"])
+    restored.close()

@@ -298,6 +298,7 @@ def boundary_stall(path: str, *, batches: int = WINDOW_BATCHES, repeats: int = 3
             "worst_s": float(best.max()),
             "worst_step": start + int(best.argmax()),
             "worst_raw_s": float(wall.max()),
+            "worst_raw_step": start + int(wall.max(axis=0).argmax()),
             "worst_cpu_s": float(cpu.min(axis=0).max()),
             "p99_s": float(np.percentile(best, 99)),
             "median_s": float(np.median(best)),

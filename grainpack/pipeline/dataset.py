@@ -337,6 +337,7 @@ def make_data_loader(
     process_index: int | None = None,
     process_count: int | None = None,
     worker_count: int = 0,
+    max_index_bytes: int | None = None,
 ) -> grain.DataLoader:
     """The same batches as :func:`make_dataset`, through ``grain.DataLoader``.
 
@@ -344,7 +345,7 @@ def make_data_loader(
     batch ``t``), the sampler a :class:`StepSampler`, and the process split is Grain's own
     ``ShardOptions(process_index, process_count)``. DataLoader checkpoints keep Grain's
     rules: restore with the same worker and process counts (use :func:`make_dataset` for
-    elastic restores).
+    elastic restores). ``max_index_bytes`` is :func:`make_dataset`'s.
 
     Example:
       >>> import tempfile, numpy as np, grainpack as gp
@@ -357,6 +358,7 @@ def make_data_loader(
     """
     p, count = process_index_and_count(process_index, process_count)
     batches = PipelineBatches(config, process_count=count)
+    batches.check_index_memory(max_index_bytes, copies=max(1, worker_count))
     if worker_count:
         _absl_flags_parsed()
     return grain.DataLoader(
