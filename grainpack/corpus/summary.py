@@ -108,7 +108,7 @@ def block_tokens(source: TokenShardSource, block_docs: int) -> np.ndarray:
     """
     base = source.summary_block_docs
     if base and block_docs % base == 0:
-        return _reduce(_stored(source, base), block_docs // base)
+        return _stored(source, base, block_docs)
     path = _cache_dir() / f"{source.fingerprint[:32]}-{len(source)}-{block_docs}.npy"
     expected = -(-len(source) // block_docs)
     try:
@@ -128,13 +128,15 @@ def block_tokens(source: TokenShardSource, block_docs: int) -> np.ndarray:
     return totals
 
 
-def _stored(source: TokenShardSource, base: int) -> np.ndarray:
-    """The corpus's stored totals per block of ``base`` documents, parts of cut blocks added."""
+def _stored(source: TokenShardSource, base: int, block_docs: int) -> np.ndarray:
+    """Totals per block of ``block_docs`` (a multiple of ``base``) from the stored totals per
+    block of ``base`` documents, reduced shard by shard: memory ``O(N / block_docs)``."""
     missing = [r.tokens_path for r in source.shards if r.summary_path is None]
     if missing:
         raise CorpusError(f"{missing[0]}: the manifest lists no summary file")
     _read_ahead([r.summary_path for r in source.shards])  # type: ignore[misc]
-    pieces, heads, first, at = [], [], 0, 0
+    out = np.zeros(-(-len(source) // block_docs), dtype=np.int64)
+    first = 0
     for record in source.shards:
         n = record.num_documents or 0
         count = summary_pieces(first, n, base)
@@ -145,15 +147,12 @@ def _stored(source: TokenShardSource, base: int) -> np.ndarray:
                 f"the shard's {record.num_tokens} tokens, found {totals.size} summing to "
                 f"{int(totals.sum())}; rebuild the corpus"
             )
-        if count and at and first % base:
-            heads.append(at)  # this shard's first block began in the shard before
-        pieces.append(totals)
-        first, at = first + n, at + count
-    if not at:
-        return np.zeros(0, dtype=np.int64)
-    starts = np.ones(at, dtype=bool)
-    starts[heads] = False
-    return np.add.reduceat(np.concatenate(pieces).astype(np.int64), np.flatnonzero(starts))
+        if count:  # part b of the shard belongs to block (first // base + b) * base // C
+            blocks = (first // base + np.arange(count)) * base // block_docs
+            heads = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]])
+            out[blocks[heads]] += np.add.reduceat(totals.astype(np.int64), heads)
+        first += n
+    return out
 
 
 def _read_ahead(paths: list[str]) -> None:
@@ -164,12 +163,6 @@ def _read_ahead(paths: list[str]) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
         finally:
             os.close(fd)
-
-
-def _reduce(totals: np.ndarray, factor: int) -> np.ndarray:
-    if factor == 1 or not totals.size:
-        return totals
-    return np.add.reduceat(totals, np.arange(0, len(totals), factor))
 
 
 def _scan(source: TokenShardSource, block_docs: int) -> np.ndarray:

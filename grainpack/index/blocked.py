@@ -216,11 +216,19 @@ class _Epoch:
 
 @dataclasses.dataclass(frozen=True)
 class _Window:
-    """The documents of one window in stream order, their lengths and stream bounds."""
+    """The documents of one window in stream order and their stream bounds (12 bytes per
+    document): a document's length is its extent, less its boundary token."""
 
     documents: np.ndarray
-    lengths: np.ndarray
     bounds: np.ndarray  # absolute epoch stream positions, len(documents) + 1
+    boundary: bool  # a boundary token after every document
+    last: bool  # the window ends the epoch (no boundary after its last document)
+
+    def lengths_at(self, k: np.ndarray) -> np.ndarray:
+        lengths = self.bounds[k + 1] - self.bounds[k]
+        if self.boundary:
+            lengths -= (k < len(self.bounds) - 2) | (not self.last)
+        return lengths
 
 
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -517,7 +525,7 @@ class BlockedRows:
                 "the documents it keeps"
             )
         ids = documents.astype(np.uint32) if n <= 1 << 32 else documents
-        return _Window(ids, lengths, bounds)
+        return _Window(ids, bounds, self.boundary, window == plan.last_window)
 
     def _select(
         self, epoch: int, documents: np.ndarray, lengths: np.ndarray, permutation: np.ndarray
@@ -607,7 +615,7 @@ def _clipped_spans(window: _Window, rows: np.ndarray, a: np.ndarray, b: np.ndarr
     keep = hi > lo  # drops empty documents (no tokens, no boundary)
     k, i, starts, lo, hi = (x[keep] for x in (k, i, starts, lo, hi))
     local_lo, local_hi = lo - starts, hi - starts
-    lengths = window.lengths[i]
+    lengths = window.lengths_at(i)
     return Spans(
         row=rows[k],
         offset=lo - a[k],
