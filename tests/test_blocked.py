@@ -16,6 +16,12 @@ from grainpack.index.stream import row_spans, stream_plan
 from grainpack.pipeline.batches import PipelineBatches
 
 
+@pytest.fixture(autouse=True)
+def summary_cache(tmp_path, monkeypatch):
+    """Block totals computed for a corpus are cached here, not in the user's cache."""
+    monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path / "cache"))
+
+
 class Layout:
     """A corpus layout over an in-memory offsets array (what the blocked order reads)."""
 

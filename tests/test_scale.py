@@ -20,6 +20,12 @@ from grainpack.corpus.source import check_offsets
 from grainpack.corpus.summary import block_tokens
 
 
+@pytest.fixture(autouse=True)
+def summary_cache(tmp_path, monkeypatch):
+    """Block totals computed for a corpus are cached here, not in the user's cache."""
+    monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path / "cache"))
+
+
 def test_sparse_corpus_is_a_native_corpus_with_real_offsets_and_totals(tmp_path):
     manifest = write_sparse_corpus(tmp_path / "c", 30_000, shard_tokens=1 << 22)
     src = gp.open_corpus(tmp_path / "c")
@@ -66,6 +72,7 @@ def test_order_quality_compares_the_orders():
     assert shuffled["design_effect"] < 2 and abs(shuffled["lag1_correlation"]) < 0.3
 
 
+@pytest.mark.slow
 def test_bench_scale_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "scale.json"
     argv = ["bench", "--scale", "--documents", "5e4", "--boundary-documents", "2e4"]

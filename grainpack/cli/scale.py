@@ -64,7 +64,7 @@ def sparse_lengths(num_documents: int, *, seed: int = SEED, chunk: int = 1 << 22
 
     Example:
         >>> lengths = np.concatenate(list(sparse_lengths(10_000)))
-        >>> len(lengths), int(lengths.min()) >= 8, 500 < np.median(lengths) < 700
+        >>> len(lengths), int(lengths.min()) >= 8, bool(500 < np.median(lengths) < 700)
         (10000, True, True)
     """
     rng = np.random.default_rng([seed, 0x5CA1E])
