@@ -206,7 +206,6 @@ class _Epoch:
     """One epoch of the blocked documents order: window prefix sums and the last window."""
 
     prefix: np.ndarray  # W + 1 stream positions: window w is [prefix[w], prefix[w + 1])
-    block_tokens: np.ndarray | None  # tokens + boundaries per block, with a selector only
     last_window: int  # the window holding the epoch's last document (no boundary after it)
 
     @property
@@ -476,7 +475,7 @@ class BlockedRows:
             self.num_windows,
             time.perf_counter() - started,
         )
-        return _Epoch(prefix, None if docs is None else tokens, last)
+        return _Epoch(prefix, last)
 
     def _plan_window(self, epoch: int, window: int) -> _Window:
         plan = self._epoch(epoch)
