@@ -103,8 +103,8 @@ def block_tokens(source: TokenShardSource, block_docs: int) -> np.ndarray:
         >>> import tempfile
         >>> from grainpack.corpus.writer import write_corpus
         >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2], [3], [4, 5, 6]], shard_tokens=2)
-        >>> block_tokens(src, 2).tolist()
-        [3, 3]
+        >>> block_tokens(src, 512).tolist()  # a multiple of the stored block: read, not cached
+        [6]
     """
     base = source.summary_block_docs
     if base and block_docs % base == 0:
@@ -122,6 +122,7 @@ def block_tokens(source: TokenShardSource, block_docs: int) -> np.ndarray:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
             np.save(f, totals)
+        os.chmod(f.name, 0o644)  # other users' jobs on the machine read it too
         os.replace(f.name, path)
     except OSError as err:  # a read-only home: the totals are still right, only not cached
         logger.warning("cannot cache block totals in %s: %s", path.parent, err)
