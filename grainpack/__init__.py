@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         LinearRamp,
         PerSource,
     )
+    from grainpack.index.blocked import BlockedOrder
     from grainpack.index.hashing import splitmix64
     from grainpack.index.orders import (
         SequenceSelector,
@@ -79,6 +80,7 @@ __version__ = "0.1.0"
 # Every public name, loaded on first use: `import grainpack` costs (almost) nothing, and
 # nothing imports Grain, JAX or Orbax until a name that needs them is used.
 _PUBLIC = {
+    "BlockedOrder": "grainpack.index.blocked",
     "build_corpus": "grainpack.corpus.build",
     "merge_corpora": "grainpack.corpus.build",
     "convert_corpus": "grainpack.corpus.convert",
@@ -148,6 +150,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BlockedOrder",
     "BucketReport",
     "Chain",
     "CheckpointRestore",

@@ -23,7 +23,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from grainpack.jax import process_index_and_count
-from grainpack.pipeline.dataset import STATE_KEYS
+from grainpack.pipeline.dataset import COUNTED_STATE_KEYS, STATE_KEYS
 
 _STATE_FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
 
@@ -57,7 +57,7 @@ def is_pipeline_state(state: Any) -> bool:
     Also true for iterators that only wrap one, such as ``make_dataset(...).map(f)``, whose
     state is their parent's.
     """
-    return isinstance(state, Mapping) and set(state) == set(STATE_KEYS)
+    return isinstance(state, Mapping) and set(state) in (set(STATE_KEYS), set(COUNTED_STATE_KEYS))
 
 
 class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):

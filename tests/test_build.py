@@ -275,9 +275,10 @@ def test_killed_build_leaves_no_corpus_and_resumes(tmp_path, tokenizer_files):
 def test_corpora_without_a_tokenizer_keep_their_fingerprint(tmp_path):
     # Golden: a manifest without a tokenizer has no "tokenizer" key, so its fingerprint is
     # the one the writer gave before tokenizers were recorded (max_token_id and
-    # content_sha256 included). Update only with a corpus format version change.
+    # content_sha256 included; format version 2, with block summaries). Update only with a
+    # corpus format version change.
     src = gp.write_corpus(tmp_path / "a", [[1, 2], [3], []], vocab_size=10, eos_id=3)
-    assert src.fingerprint == "1ca46f4d9435f3ad85399e38114cda5fb46e1ed60e781c44b28e0951ec52378d"
+    assert src.fingerprint == "6a79005c31980f7bc2d67f1884c0811742e715abaf3ee14c279b7fae36051eea"
     assert src.tokenizer is None and "tokenizer" not in gp.read_manifest(tmp_path / "a")
     named = gp.write_corpus(tmp_path / "b", [[1, 2], [3], []], tokenizer={"kind": "x"})
     assert named.tokenizer == {"kind": "x"} and named.fingerprint != src.fingerprint

@@ -11,6 +11,7 @@ import pytest
 
 import grainpack as gp
 from grainpack.cli.main import main
+from grainpack.corpus.writer import shuffled_order
 from grainpack.pipeline.batches import PipelineBatches
 
 
@@ -241,3 +242,15 @@ def test_build_with_each_tokenizer_gives_its_encode(tmp_path, capsys, tokenizer_
     assert main(["inspect", str(tmp_path / "o"), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["tokenizer"]["kind"] == kind and stats["eos_id"] == 2
+
+
+def test_build_shuffle_stores_a_seeded_order(tmp_path, capsys):
+    np.save(tmp_path / "a.npy", np.arange(60).reshape(20, 3))
+    out = tmp_path / "out"
+    assert main(["build", str(tmp_path / "a.npy"), "-o", str(out), "--shuffle", "3"]) == 0
+    order = shuffled_order(np.arange(20), 20, seed=3)
+    assert [d.tolist() for d in gp.open_corpus(out)] == [
+        [3 * i, 3 * i + 1, 3 * i + 2] for i in order
+    ]
+    assert gp.read_manifest(out)["shuffle_seed"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "out"]  # staging removed

@@ -171,7 +171,8 @@ def assert_complete_build(path: pathlib.Path, reference: gp.TokenShardSource) ->
         src.read_tokens(0, src.num_tokens), reference.read_tokens(0, reference.num_tokens)
     )
     manifest = gp.read_manifest(path)
-    files = {s[key] for s in manifest["shards"] for key in ("tokens_file", "offsets_file")}
+    keys = ("tokens_file", "offsets_file", "summary_file")
+    files = {s[key] for s in manifest["shards"] for key in keys}
     assert {p.name for p in path.iterdir()} == files | {"manifest.json"}
     assert gp.verify_corpus(path).num_documents == DOCUMENTS
 

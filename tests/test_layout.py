@@ -19,6 +19,10 @@ class ListReader:
         self.stream = np.concatenate(docs).astype(dtype)
         self.offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
         self.dtype = np.dtype(dtype)
+        self.num_tokens = len(self.stream)
+
+    def document_offsets(self, documents):
+        return self.offsets[documents]
 
     @property
     def shard_starts(self):

@@ -273,3 +273,19 @@ def test_slot_mixer_pickle_drops_cache():
 def test_content_probabilities_keep_the_names_of_a_mapping():
     # en needs 0.25 tokens per unit of content, ar 0.5: ar gets twice the token share
     assert content_probabilities({"en": 0.25, "ar": 0.5}) == {"en": 1 / 3, "ar": 2 / 3}
+
+
+def test_anchor_starts_the_count_cache_at_a_restored_slot():
+    probs = (0.2, 0.3, 0.5)
+    fresh, anchored = SlotMixer(3, probs), SlotMixer(3, probs)
+    slot = 10**7 + 12_345
+    counts = fresh.counts_before(slot)
+    anchored.anchor(slot, counts.tolist())
+    for s in (slot, slot - 5_000, slot + 1, slot + 3 * BLOCK_SLOTS + 7):
+        assert anchored.counts_before(s).tolist() == fresh.counts_before(s).tolist()
+    assert anchored._prefix.shape[0] <= 5  # blocks cached from the anchor, not from slot 0
+    assert anchored.counts_before(5).tolist() == fresh.counts_before(5).tolist()  # far before
+    with pytest.raises(ValueError, match="summing to the slot"):
+        SlotMixer(3, probs).anchor(slot, [1, 2, 3])
+    with pytest.raises(ValueError, match="disagree with the slot hash"):
+        fresh.anchor(slot, (counts + np.array([1, -1, 0])).tolist())  # cached counts: compared

@@ -43,7 +43,7 @@ def test_write_corpus_manifest_layout(tmp_path):
     m = json.loads((tmp_path / "manifest.json").read_text())
     assert {k: m[k] for k in ("format", "version", "dtype", "vocab_size", "eos_id")} == {
         "format": "grainpack",
-        "version": 1,
+        "version": 2,
         "dtype": "uint16",
         "vocab_size": 10,
         "eos_id": 3,
@@ -55,6 +55,11 @@ def test_write_corpus_manifest_layout(tmp_path):
     assert (tmp_path / "tokens-00000.bin").read_bytes() == struct.pack("<2H", 1, 2)
     assert (tmp_path / "offsets-00000.bin").read_bytes() == struct.pack("<2q", 0, 2)
     assert (tmp_path / "offsets-00001.bin").read_bytes() == struct.pack("<2q", 0, 1)
+    # Block token totals per shard (blocks of 256 documents: one part of block 0 each).
+    assert m["summary_block_docs"] == 256
+    assert [s["summary_file"] for s in m["shards"]] == ["summary-00000.bin", "summary-00001.bin"]
+    assert (tmp_path / "summary-00001.bin").read_bytes() == struct.pack("<q", 1)
+    assert m["shards"][0]["summary_sha256"] == hashlib.sha256(struct.pack("<q", 2)).hexdigest()
     assert m["shards"][0]["tokens_sha256"] == hashlib.sha256(b"\x01\x00\x02\x00").hexdigest()
     assert (
         m["shards"][1]["offsets_sha256"]
@@ -101,7 +106,8 @@ def _edit_manifest(path: Path, **changes) -> None:
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"version": 2}, "version=2 .this grainpack reads 1"),
+        ({"version": 3}, r"version=3 .this grainpack reads \[1, 2\]"),
+        ({"summary_block_docs": 0}, "summary_block_docs=0"),
         ({"dtype": "int64"}, "dtype='int64'"),
         ({"num_tokens": 99}, r"num_tokens=99 \(the shards sum to 3\)"),
         ({"vocab_size": "big"}, "vocab_size='big'"),

@@ -10,6 +10,7 @@ import grain
 import numpy as np
 import pytest
 
+from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.source import OffsetsFile, ShardRecord, SplitAfter, TokenShardSource
 from grainpack.corpus.writer import write_corpus
@@ -215,3 +216,24 @@ def test_source_reads_records_from_any_byte_offset(tmp_path):
 def test_source_open_corpus_equals_written(src):
     path = src.shards[0].tokens_path.rsplit("/", 1)[0]
     assert [d.tolist() for d in open_corpus(path)] == DOCS
+
+
+def test_document_offsets_and_runs_are_read_from_the_maps(src):
+    # Offsets [0, 3, 3, 8, 9, 9, 11]; shards hold documents 0-1 | 2 | 3-5.
+    assert src.document_offsets(np.array([5, 0, 2, 6, 3])).tolist() == [9, 0, 3, 11, 8]
+    assert src.offsets_between(0, 6).tolist() == [0, 3, 3, 8, 9, 9, 11]
+    assert src.offsets_between(1, 4).tolist() == [3, 3, 8, 9]
+    assert src.offsets_between(2, 2).tolist() == [3]
+    assert src.documents_at(np.arange(11)).tolist() == [0, 0, 0, 2, 2, 2, 2, 2, 3, 5, 5]
+    assert src._offsets is None and src._lengths is None  # no O(documents) array was built
+    with pytest.raises(IndexError, match=r"documents \[4, 7\) are outside \[0, 6\)"):
+        src.offsets_between(4, 7)
+
+
+def test_offsets_runs_are_checked_where_they_are_read(tmp_path):
+    write_corpus(tmp_path / "c", DOCS, shard_tokens=4)
+    np.array([0, 2, 1, 3], "<i8").tofile(tmp_path / "c" / "offsets-00002.bin")  # same size
+    src = open_corpus(tmp_path / "c")
+    with pytest.raises(CorpusError, match=r"offsets-00002\.bin: document offsets decrease at"):
+        src.offsets_between(3, 6)
+    assert src.offsets_between(0, 2).tolist() == [0, 3, 3]  # the other shards still read

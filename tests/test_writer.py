@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.writer import CorpusWriter, write_corpus
+from grainpack.corpus.writer import CorpusWriter, shuffle_corpus, shuffled_order, write_corpus
 
 DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], [9], [], [10, 11]]
 
@@ -66,6 +67,7 @@ def test_corpus_writer_refuses_existing_corpus_unless_overwrite(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "manifest.json",
         "offsets-00000.bin",
+        "summary-00000.bin",
         "tokens-00000.bin",
     ]
 
@@ -187,3 +189,26 @@ def test_corpus_writer_buffers_are_invisible_in_the_files(tmp_path, monkeypatch)
     ).read_bytes()
     assert _docs(open_corpus(tmp_path / "b")) == [d.tolist() for d in docs]
     assert open_corpus(tmp_path / "b").max_token_id == max(int(d.max()) for d in docs if d.size)
+
+
+def test_shuffle_stores_documents_in_a_seeded_order(tmp_path):
+    docs = [[i] * (i % 5) for i in range(40)]  # empty documents too
+    with CorpusWriter(tmp_path / "c", shuffle=7, shard_tokens=9) as writer:
+        assert [writer.add(d) for d in docs[:3]] == [0, 1, 2]  # input indices
+        for d in docs[3:]:
+            writer.add(d)
+    src = open_corpus(tmp_path / "c")
+    order = shuffled_order(np.arange(40), 40, seed=7)
+    assert [d.tolist() for d in src] == [docs[i] for i in order.tolist()]
+    assert sorted(order.tolist()) == list(range(40)) and order.tolist() != list(range(40))
+    assert json.loads((tmp_path / "c" / "manifest.json").read_text())["shuffle_seed"] == 7
+    assert sorted(p.name for p in (tmp_path / "c").iterdir())[0] == "manifest.json"  # no staging
+    other = shuffle_corpus(tmp_path / "c", tmp_path / "d", seed=8)
+    assert sorted(map(tuple, other)) == sorted(map(tuple, docs))
+
+
+def test_a_failed_shuffled_write_leaves_no_corpus(tmp_path):
+    with pytest.raises(ValueError, match="negative"), CorpusWriter(tmp_path, shuffle=1) as w:
+        w.add([1, 2])
+        w.add([-1])
+    assert list(tmp_path.iterdir()) == []

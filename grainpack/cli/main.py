@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,7 +36,8 @@ EPILOG = {
   grainpack show-step 1200 --config run.json --processes 4""",
     "bench": """examples:
   grainpack bench --tokens 20000000 --json bench.json
-  grainpack bench --build --megabytes 100     (text -> corpus against the tokenizer alone)""",
+  grainpack bench --build --megabytes 100     (text -> corpus against the tokenizer alone)
+  grainpack bench --scale --directory /data/tmp --json scale.json""",
     "demo": "example:\n  grainpack demo --steps 500",
 }
 
@@ -97,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
         "--shard-tokens", type=int, default=1 << 28, help="tokens per shard file at most"
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing corpus")
+    p.add_argument(
+        "--shuffle",
+        type=int,
+        metavar="SEED",
+        help="store documents in the random order of SEED (recorded in the manifest)",
+    )
     text = p.add_argument_group("text inputs")
     text.add_argument(
         "--tokenizer",
@@ -181,6 +189,26 @@ def _parser() -> argparse.ArgumentParser:
         "--build", action="store_true", help="benchmark building a corpus from text instead"
     )
     p.add_argument("--megabytes", type=int, default=100, help="--build: MB of text")
+    p.add_argument(
+        "--scale",
+        action="store_true",
+        help="instead: the blocked order at scale (a sparse corpus of --documents in a "
+        "temporary folder under --directory, deleted afterwards unless --keep)",
+    )
+    p.add_argument("--documents", type=float, default=1e9, help="--scale: corpus documents")
+    p.add_argument(
+        "--boundary-documents",
+        type=float,
+        default=1e8,
+        help="--scale: documents of the corpus whose epoch boundary is timed",
+    )
+    p.add_argument(
+        "--quality-documents",
+        type=float,
+        default=1e7,
+        help="--scale: documents of the randomness comparison (0: skip it)",
+    )
+    p.add_argument("--keep", action="store_true", help="--scale: keep the corpora")
 
     p = command("demo", "write the embedded two-language corpus and stream batches from it")
     p.add_argument("--steps", type=_positive, default=2000, help="batches to stream")
@@ -301,16 +329,38 @@ TEXT_ONLY = ("tiktoken_pattern", "lines", "eos", "workers", "ray", "ray_address"
 
 
 def _build(args: argparse.Namespace) -> None:
+    output = Path(args.output)
+    if args.shuffle is not None:  # build into a staging directory, then copy shuffled
+        args.output = str(output.with_name(f".{output.name}.unshuffled"))
     if args.tokenizer is not None:
         try:
             _build_text(args)
         except ImportError as err:  # an optional extra is missing: the message says which
             raise ValueError(str(err)) from err
-        return
-    given = [f"--{k.replace('_', '-')}" for k in TEXT_ONLY if getattr(args, k) not in (None, False)]
-    if given:
-        raise ValueError(f"{', '.join(given)} need --tokenizer (they apply to text inputs)")
-    _build_ids(args)
+    else:
+        given = [
+            f"--{k.replace('_', '-')}" for k in TEXT_ONLY if getattr(args, k) not in (None, False)
+        ]
+        if given:
+            raise ValueError(f"{', '.join(given)} need --tokenizer (they apply to text inputs)")
+        _build_ids(args)
+    if args.shuffle is not None:
+        from grainpack.corpus.writer import shuffle_corpus
+
+        staged = Path(args.output)
+        try:
+            src = shuffle_corpus(
+                staged,
+                output,
+                seed=args.shuffle,
+                shard_tokens=args.shard_tokens,
+                overwrite=args.overwrite,
+            )
+        finally:
+            shutil.rmtree(staged)
+        print(
+            f"stored in the random order of seed {args.shuffle}: {output} ({len(src):,} documents)"
+        )
 
 
 def _build_text(args: argparse.Namespace) -> None:
@@ -333,7 +383,7 @@ def _build_text(args: argparse.Namespace) -> None:
         dtype=args.dtype,
         part_bytes=args.part_bytes,
         shard_tokens=args.shard_tokens,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite or args.shuffle is not None,
         progress=True,
     )
     if args.ray:
@@ -360,25 +410,26 @@ def _build_ids(args: argparse.Namespace) -> None:
     from grainpack.corpus import convert
 
     inputs = _token_files([Path(p) for p in args.inputs])
+    output = Path(args.output)
     options = dict(
         vocab_size=args.vocab_size,
         eos_id=args.eos_id,
         shard_tokens=args.shard_tokens,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite or args.shuffle is not None,
         progress=True,
     )
     if all(p.suffix == ".npy" for p in inputs):
-        src = convert.convert_npy(inputs, args.output, dtype=args.dtype or "uint16", **options)
+        src = convert.convert_npy(inputs, output, dtype=args.dtype or "uint16", **options)
     elif all(p.name.endswith((".jsonl", ".jsonl.gz")) for p in inputs):
         src = convert.convert_jsonl(
             inputs,
-            args.output,
+            output,
             field=args.field or "input_ids",
             dtype=args.dtype or "uint16",
             **options,
         )
     elif len(inputs) == 1 and not inputs[0].name.endswith(TEXT_SUFFIXES):
-        src = convert.convert_corpus(inputs[0], args.output, dtype=args.dtype, **options)
+        src = convert.convert_corpus(inputs[0], output, dtype=args.dtype, **options)
     else:
         raise ValueError(
             "inputs must be .npy files, .jsonl(.gz) files, or one Megatron prefix / seed-layout "
@@ -507,6 +558,18 @@ def _bench(args: argparse.Namespace) -> None:
         from grainpack.cli.bench_build import run_build_benchmark
 
         run_build_benchmark(megabytes=args.megabytes, directory=args.directory, json_path=args.json)
+        return
+    if args.scale:
+        from grainpack.cli.scale import run_scale_benchmarks
+
+        run_scale_benchmarks(
+            documents=int(args.documents),
+            boundary_documents=int(args.boundary_documents),
+            quality_documents=int(args.quality_documents),
+            directory=args.directory,
+            keep=args.keep,
+            json_path=args.json,
+        )
         return
     from grainpack.cli.bench import run_benchmarks
 

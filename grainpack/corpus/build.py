@@ -484,9 +484,14 @@ def merge_corpora(
                             f"cannot hard-link {path / s[key]} into {out} ({err.strerror}); "
                             "merge never copies tokens: put the output on the parts' file system"
                         ) from err
-                shards.append({**s, **names})
-        keys = ("format", "version", "dtype", "vocab_size", "eos_id")
+                # Block totals are per corpus-wide blocks of documents: the parts' do not
+                # line up in the merged corpus, so it is a version 1 corpus (the totals are
+                # computed when a blocked order first needs them, and cached).
+                kept = {k: v for k, v in s.items() if not k.startswith("summary_")}
+                shards.append({**kept, **names})
+        keys = ("format", "dtype", "vocab_size", "eos_id")
         manifest: dict[str, Any] = {key: first[key] for key in keys}
+        manifest["version"] = 1
         manifest["num_documents"] = sum(m["num_documents"] for m in manifests)
         manifest["num_tokens"] = sum(m["num_tokens"] for m in manifests)
         highest = [m.get("max_token_id") for m in manifests if m["num_tokens"]]

@@ -3,18 +3,27 @@
 Invariant: a directory is a complete corpus iff ``manifest.json`` exists; the writer publishes
 the whole directory at once, manifest included (:mod:`grainpack.corpus.writer`).
 
-Native format (version 1), one directory::
+Native format (version 2), one directory::
 
-    manifest.json        {"format": "grainpack", "version": 1, "dtype": "uint16"|"uint32",
+    manifest.json        {"format": "grainpack", "version": 2, "dtype": "uint16"|"uint32",
                           "vocab_size": int|null, "eos_id": int|null, "num_documents": int,
-                          "num_tokens": int, "shards": [{"tokens_file", "offsets_file",
-                          "num_tokens", "num_documents", "tokens_sha256", "offsets_sha256"}],
-                          optional (written since they exist): "max_token_id": int|null,
-                          "content_sha256": hex, "tokenizer": {"kind", "file", "sha256", ...}}
+                          "num_tokens": int, "summary_block_docs": int,
+                          "shards": [{"tokens_file", "offsets_file", "summary_file",
+                          "num_tokens", "num_documents", "tokens_sha256", "offsets_sha256",
+                          "summary_sha256"}], optional (written since they exist):
+                          "max_token_id": int|null, "content_sha256": hex,
+                          "tokenizer": {"kind", "file", "sha256", ...}, "shuffle_seed": int}
     tokens-00000.bin     raw little-endian token ids of shard 0, documents back to back
     offsets-00000.bin    raw little-endian int64, num_documents + 1 shard-local offsets:
                          first 0, last = the shard's num_tokens; document j of the shard is
                          tokens[offsets[j]:offsets[j + 1]]
+    summary-00000.bin    raw little-endian int64 block token totals of shard 0
+                         (:mod:`grainpack.corpus.summary`)
+
+Version 1 is version 2 without the summaries (``summary_block_docs``, ``summary_file``,
+``summary_sha256``); it is read as well, its totals computed when needed. A corpus written
+with ``shuffle=seed`` also records ``"shuffle_seed"`` (stored document ``i`` is input
+document ``grainpack.corpus.writer.shuffled_order(i, num_documents, seed)``).
 
 ``content_sha256`` is the sha256 of the ASCII text ``"<tokens>:<offsets>"``, where ``<tokens>``
 is the hex sha256 of every token file concatenated in order and ``<offsets>`` that of the
@@ -46,6 +55,7 @@ from grainpack.corpus.source import (
     ShardRecord,
     TokenShardSource,
 )
+from grainpack.corpus.summary import summary_pieces
 
 __all__ = [
     "MANIFEST_NAME",
@@ -58,9 +68,10 @@ __all__ = [
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "grainpack"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 DTYPES = ("uint16", "uint32")
-SHARD_FILE = re.compile(r"(tokens|offsets)-\d{5,}\.bin")
+SHARD_FILE = re.compile(r"(tokens|offsets|summary)-\d{5,}\.bin")
 # Batches hold int32 ids: the largest id (and vocab_size - 1) a corpus may record.
 MAX_TOKEN_ID = 2**31 - 1
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -137,8 +148,15 @@ def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any
     problems = []
     if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
         raise CorpusError(f"{file}: expected a JSON object with format='grainpack'")
-    if m.get("version") != FORMAT_VERSION:
-        problems.append(f"version={m.get('version')!r} (this grainpack reads {FORMAT_VERSION})")
+    version = m.get("version")
+    if version not in READ_VERSIONS:
+        problems.append(f"version={version!r} (this grainpack reads {list(READ_VERSIONS)})")
+    summaries = version == 2
+    block_docs = m.get("summary_block_docs")
+    if summaries and not (is_int(block_docs) and block_docs >= 1):
+        problems.append(f"summary_block_docs={block_docs!r} (expected an int >= 1)")
+    if "shuffle_seed" in m and not (is_int(m["shuffle_seed"]) and m["shuffle_seed"] >= 0):
+        problems.append(f"shuffle_seed={m['shuffle_seed']!r} (expected an int >= 0)")
     if m.get("dtype") not in DTYPES:
         problems.append(f"dtype={m.get('dtype')!r} (expected 'uint16' or 'uint32')")
     for key in ("vocab_size", "eos_id"):
@@ -172,7 +190,7 @@ def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any
         if not isinstance(s, dict):
             problems.append(f"shards[{i}] is {type(s).__name__} (expected an object)")
             continue
-        for key in ("tokens_file", "offsets_file"):
+        for key in ("tokens_file", "offsets_file", "summary_file")[: 3 if summaries else 2]:
             name = s.get(key)
             if not is_plain_name(name) or name == MANIFEST_NAME:
                 problems.append(f"shards[{i}].{key}={name!r} (expected a plain file name)")
@@ -187,7 +205,7 @@ def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any
                 totals[key] += s[key]
             else:
                 problems.append(f"shards[{i}].{key}={s.get(key)!r} (expected an int >= 0)")
-        for key in ("tokens_sha256", "offsets_sha256"):
+        for key in ("tokens_sha256", "offsets_sha256", "summary_sha256")[: 3 if summaries else 2]:
             if not (isinstance(s.get(key), str) and _HEX64.fullmatch(s[key])):
                 problems.append(f"shards[{i}].{key}={s.get(key)!r} (expected 64 hex digits)")
     for key, total in totals.items():
@@ -293,9 +311,16 @@ def open_native(path: Path, eos_id: int | None) -> TokenShardSource:
 def _open_native_at(path: Path, dir_fd: int, eos_id: int | None) -> TokenShardSource:
     m = read_manifest(path, dir_fd=dir_fd)
     itemsize = np.dtype(m["dtype"]).itemsize
-    records = []
+    block_docs = m.get("summary_block_docs")
+    records, first = [], 0
     for s in m["shards"]:
         tokens, offsets = path / s["tokens_file"], path / s["offsets_file"]
+        summary = None
+        if block_docs is not None:
+            summary = path / s["summary_file"]
+            pieces = summary_pieces(first, s["num_documents"], block_docs)
+            _check_size(summary, dir_fd, 8 * pieces, f"{pieces} block totals")
+        first += s["num_documents"]
         tokens_stat = _check_size(
             tokens,
             dir_fd,
@@ -310,7 +335,13 @@ def _open_native_at(path: Path, dir_fd: int, eos_id: int | None) -> TokenShardSo
             str(offsets), s["num_documents"], identity=FileIdentity.of(offsets_stat)
         )
         records.append(
-            ShardRecord(str(tokens), s["num_tokens"], index, identity=FileIdentity.of(tokens_stat))
+            ShardRecord(
+                str(tokens),
+                s["num_tokens"],
+                index,
+                identity=FileIdentity.of(tokens_stat),
+                summary_path=None if summary is None else str(summary),
+            )
         )
     if eos_id is not None and m["eos_id"] is not None and eos_id != m["eos_id"]:
         raise ValueError(f"{path} records eos_id={m['eos_id']}, got {eos_id=}; omit eos_id")
@@ -322,4 +353,5 @@ def _open_native_at(path: Path, dir_fd: int, eos_id: int | None) -> TokenShardSo
         eos_id=m["eos_id"] if eos_id is None else eos_id,
         max_token_id=m.get("max_token_id"),
         tokenizer=m.get("tokenizer"),
+        summary_block_docs=block_docs,
     )

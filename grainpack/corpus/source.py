@@ -8,6 +8,11 @@ inode, size, modification time) is recorded when the corpus is opened and compar
 file on disk before every read of it (one ``stat``), so a shard that was truncated, rewritten
 or replaced raises a :class:`CorpusError` naming it instead of a ``SIGBUS`` or a silent mix of
 old and new tokens.
+Native offsets files are memory-mapped, never copied: a 10**9-document corpus has 8 GB of
+them, shared through the page cache by every process of a host. Whole-corpus arrays
+(``offsets`` of a multi-shard corpus, ``lengths``) are built only when asked for;
+:meth:`TokenShardSource.document_offsets` and :meth:`TokenShardSource.offsets_between` read
+what they need from the maps.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import contextlib
 import dataclasses
 import faulthandler
 import functools
+import itertools
 import mmap
 import operator
 import os
@@ -37,6 +43,9 @@ _TRANSIENT = (
     "_buffers",
     "_offsets",
     "_lengths",
+    "_locals",
+    "_checked",
+    "_doc_starts",
     "_starts",
     "_starts_list",
     "_lock",
@@ -118,11 +127,29 @@ class OffsetsFile:
     identity: FileIdentity | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def local_offsets(self, shard: ShardRecord, tokens: Callable[[], np.ndarray]) -> np.ndarray:
-        offsets = _read_exact(
-            self.path, "<i8", self.num_documents + 1, self.byte_offset, self.identity
-        )
+        offsets = self.mapped()
         check_offsets(offsets, shard.num_tokens, self.path)
         return offsets
+
+    def mapped(self) -> np.ndarray:
+        """The offsets as a read-only map of the file (values not checked; no copy), after
+        checking that the file is the one the corpus was opened with."""
+        try:
+            if self.identity is not None:
+                self.identity.check(self.path)
+            mapped = np.memmap(
+                self.path,
+                dtype="<i8",
+                mode="r",
+                offset=self.byte_offset,
+                shape=(self.num_documents + 1,),
+            )
+        except (OSError, ValueError) as err:
+            raise CorpusError(
+                f"{self.path}: cannot map {self.num_documents + 1} int64 offsets at byte "
+                f"{self.byte_offset}: {err} (file truncated); rebuild the corpus"
+            ) from err
+        return np.asarray(mapped)  # a plain ndarray view: cheaper indexing than np.memmap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +225,8 @@ class ShardRecord:
         byte_offset: Byte position of the shard's first token in ``tokens_path``.
         identity: ``tokens_path`` when the corpus was opened (reads check it); ``None``: the
             file as it is when first mapped.
+        summary_path: File of the shard's block token totals written with the corpus
+            (:mod:`grainpack.corpus.summary`), if any.
     """
 
     tokens_path: str
@@ -205,6 +234,7 @@ class ShardRecord:
     documents: DocumentIndex = WholeShard()
     byte_offset: int = 0
     identity: FileIdentity | None = dataclasses.field(default=None, compare=False, repr=False)
+    summary_path: str | None = None
 
     def __post_init__(self) -> None:
         if self.num_tokens < 0 or self.byte_offset < 0:
@@ -213,6 +243,10 @@ class ShardRecord:
     @property
     def num_documents(self) -> int | None:
         return self.documents.num_documents
+
+
+def _offsets_path(record: ShardRecord) -> str:
+    return getattr(record.documents, "path", record.tokens_path)
 
 
 def _read_exact(
@@ -289,6 +323,7 @@ class TokenShardSource:
         eos_id: End-of-document token id if known (required by ``"eos"`` shards).
         max_token_id: Largest token id if recorded (native corpora written since it is).
         tokenizer: The tokenizer a native corpus records (kind, file, sha256, ...), if any.
+        summary_block_docs: Documents per block of the shards' ``summary_path`` files.
 
     Example:
         >>> import tempfile
@@ -308,6 +343,7 @@ class TokenShardSource:
         eos_id: int | None = None,
         max_token_id: int | None = None,
         tokenizer: dict[str, Any] | None = None,
+        summary_block_docs: int | None = None,
     ) -> None:
         if not all(isinstance(s, ShardRecord) for s in shards):
             raise TypeError(f"shards must be ShardRecord objects, got {list(map(type, shards))}")
@@ -322,6 +358,7 @@ class TokenShardSource:
         self._eos_id = eos_id
         self._max_token_id = max_token_id
         self._tokenizer = tokenizer
+        self.summary_block_docs = summary_block_docs
         self._reset()
 
     def _reset(self) -> None:
@@ -332,6 +369,8 @@ class TokenShardSource:
         self._buffers: list[memoryview | None] = [None] * len(self._shards)
         self._offsets: np.ndarray | None = None
         self._lengths: np.ndarray | None = None
+        self._locals: list[np.ndarray | None] = [None] * len(self._shards)
+        self._checked = [False] * len(self._shards)
         starts = [0]
         for s in self._shards:
             starts.append(starts[-1] + s.num_tokens)
@@ -339,7 +378,10 @@ class TokenShardSource:
         self._starts_list = starts
         self._starts = np.asarray(starts, dtype=np.int64)
         counts = [s.num_documents for s in self._shards]
-        self._num_docs = None if None in counts else sum(counts)  # type: ignore[arg-type]
+        self._doc_starts: list[int] | None = None  # first document of each shard, then N
+        if None not in counts:
+            self._doc_starts = [0, *itertools.accumulate(counts)]  # type: ignore[arg-type]
+        self._num_docs = None if self._doc_starts is None else self._doc_starts[-1]
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -425,7 +467,12 @@ class TokenShardSource:
 
     @property
     def offsets(self) -> np.ndarray:
-        """int64 ``(num_documents + 1,)``: document starts in the token stream (read-only)."""
+        """int64 ``(num_documents + 1,)``: document starts in the token stream (read-only).
+
+        For a one-shard native corpus this is the map of its offsets file; otherwise the
+        array is built (8 bytes per document) on first use. Index math at scale uses
+        :meth:`document_offsets` and :meth:`offsets_between` instead.
+        """
         if self._offsets is None:
             with self._lock:
                 if self._offsets is None:
@@ -436,30 +483,176 @@ class TokenShardSource:
     def lengths(self) -> np.ndarray:
         """int64 ``(num_documents,)``: tokens per document, from offsets only (read-only)."""
         if self._lengths is None:
-            lengths = np.diff(self.offsets)
+            lengths = np.empty(len(self), dtype=np.int64)
+            starts = self._document_starts()
+            for k in range(len(self._shards)):
+                local = self._local(k, check=True)
+                np.subtract(local[1:], local[:-1], out=lengths[starts[k] : starts[k + 1]])
             lengths.flags.writeable = False
             self._lengths = lengths
         return self._lengths
 
     def _build_offsets(self) -> np.ndarray:
-        pieces = [np.zeros(1, np.int64)]
-        for k, record in enumerate(self._shards):
-            local = record.documents.local_offsets(record, functools.partial(self._shard, k))
+        starts = self._document_starts()
+        if len(self._shards) == 1:
+            offsets = self._local(0, check=True)
+        else:
+            offsets = np.zeros(starts[-1] + 1, dtype=np.int64)
+            for k in range(len(self._shards)):
+                local = self._local(k, check=True)
+                np.add(
+                    local[1:], self._starts_list[k], out=offsets[starts[k] + 1 : starts[k + 1] + 1]
+                )
+        offsets.flags.writeable = False
+        return offsets
+
+    def _local(self, k: int, *, check: bool = False) -> np.ndarray:
+        """Shard ``k``'s local offsets (``n_k + 1`` int64): the map of a native offsets
+        file, else computed by the shard's :class:`DocumentIndex`; fully checked with
+        ``check`` (once)."""
+        local = self._locals[k]
+        record = self._shards[k]
+        if local is None:
+            index = record.documents
+            if isinstance(index, OffsetsFile):
+                local = index.mapped()
+            else:
+                local = index.local_offsets(record, functools.partial(self._shard, k))
+                local.flags.writeable = False
+                self._checked[k] = True
             if record.num_documents is not None and local.size != record.num_documents + 1:
                 raise CorpusError(
                     f"{record.tokens_path}: expected {record.num_documents} documents, "
                     f"found {local.size - 1}; rebuild the corpus"
                 )
-            pieces.append(local[1:] + self._starts_list[k])
-        offsets = np.concatenate(pieces)
-        offsets.flags.writeable = False
-        self._num_docs = offsets.size - 1
-        return offsets
+            self._locals[k] = local
+        if check and not self._checked[k]:
+            check_offsets(local, record.num_tokens, _offsets_path(record))
+            self._checked[k] = True
+        return local
+
+    def _document_starts(self) -> list[int]:
+        """First document of each shard, then the number of documents (scans shards whose
+        document count is unknown, e.g. split after ``eos_id``)."""
+        if self._doc_starts is None:
+            counts = [self._local(k).size - 1 for k in range(len(self._shards))]
+            self._doc_starts = [0, *itertools.accumulate(counts)]
+            self._num_docs = self._doc_starts[-1]
+        return self._doc_starts
+
+    def document_offsets(self, documents: np.ndarray) -> np.ndarray:
+        """int64 stream offsets of document ids ``documents`` (any shape; ``num_documents``
+        allowed, giving ``num_tokens``), gathered from the maps.
+
+        Example:
+            >>> import tempfile
+            >>> from grainpack.corpus.writer import write_corpus
+            >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2], [3], [4, 5]], shard_tokens=2)
+            >>> src.document_offsets(np.array([2, 0, 3])).tolist()
+            [3, 0, 5]
+        """
+        docs = np.asarray(documents, dtype=np.int64)
+        starts = self._document_starts()
+        if len(self._shards) == 1:
+            return self._local(0)[docs]
+        flat = docs.reshape(-1)
+        shard = np.searchsorted(starts, flat, side="right") - 1
+        np.minimum(shard, len(self._shards) - 1, out=shard)  # document N: the last shard's end
+        order = np.argsort(shard, kind="stable")  # one contiguous run of requests per shard
+        cuts = np.searchsorted(shard[order], np.arange(len(self._shards) + 1))
+        out = np.empty(flat.shape, dtype=np.int64)
+        for k in np.flatnonzero(np.diff(cuts)).tolist():
+            mine = order[cuts[k] : cuts[k + 1]]
+            out[mine] = self._local(k)[flat[mine] - starts[k]] + self._starts_list[k]
+        return out.reshape(docs.shape)
+
+    def read_ahead(self, runs: Sequence[tuple[int, int]]) -> None:
+        """Asks the kernel to start reading the offsets of document runs ``[first, stop)``
+        (``posix_fadvise(WILLNEED)``): the blocked order reads a window's runs from many
+        files, and they then arrive in parallel instead of one seek at a time."""
+        starts = self._document_starts()
+        for first, stop in runs:
+            k = min(max(bisect.bisect_right(starts, first) - 1, 0), len(self._shards) - 1)
+            index = self._shards[k].documents
+            if not isinstance(index, OffsetsFile) or not hasattr(os, "posix_fadvise"):
+                continue
+            a = first - starts[k]
+            b = min(stop, starts[k + 1]) - starts[k]
+            fd = os.open(index.path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(
+                    fd, index.byte_offset + 8 * a, 8 * (b - a + 1), os.POSIX_FADV_WILLNEED
+                )
+            finally:
+                os.close(fd)
+
+    def offsets_between(self, first: int, stop: int) -> np.ndarray:
+        """int64 stream offsets of documents ``first .. stop`` (``stop - first + 1`` values:
+        the starts of documents ``[first, stop)`` and the end of the last), read from the
+        maps and checked (non-decreasing, inside their shards).
+
+        Example:
+            >>> import tempfile
+            >>> from grainpack.corpus.writer import write_corpus
+            >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2], [3], [4, 5]], shard_tokens=2)
+            >>> src.offsets_between(1, 3).tolist()
+            [2, 3, 5]
+        """
+        starts = self._document_starts()
+        if not 0 <= first <= stop <= starts[-1]:
+            raise IndexError(
+                f"documents [{first}, {stop}) are outside [0, {starts[-1]}); "
+                "use 0 <= first <= stop <= num_documents"
+            )
+        k = max(bisect.bisect_right(starts, first) - 1, 0)
+        k = min(k, len(self._shards) - 1)
+        pieces = []
+        while True:
+            record, local = self._shards[k], self._local(k)
+            a, b = first - starts[k], min(stop, starts[k + 1]) - starts[k]
+            piece = local[a : b + 1]
+            if piece.size and (
+                piece[0] < 0
+                or piece[-1] > record.num_tokens
+                or (np.diff(piece) < 0).any()
+                or (a == 0 and piece[0] != 0)
+                or (b == starts[k + 1] - starts[k] and piece[-1] != record.num_tokens)
+            ):
+                check_offsets(local, record.num_tokens, _offsets_path(record))  # names the fault
+            pieces.append(piece[1:] if pieces else piece)
+            pieces[-1] = pieces[-1] + self._starts_list[k]
+            if stop <= starts[k + 1] or k + 1 == len(self._shards):
+                break
+            k, first = k + 1, starts[k + 1]
+        return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+
+    def documents_at(self, positions: np.ndarray) -> np.ndarray:
+        """int64 id of the document holding each stream position (``0 <= p < num_tokens``);
+        empty documents hold no position.
+
+        Example:
+            >>> import tempfile
+            >>> from grainpack.corpus.writer import write_corpus
+            >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2], [], [3], [4, 5]], shard_tokens=2)
+            >>> src.documents_at(np.array([0, 1, 2, 3, 4])).tolist()
+            [0, 0, 2, 3, 3]
+        """
+        pos = np.asarray(positions, dtype=np.int64)
+        starts = self._document_starts()
+        shard = np.searchsorted(self._starts, pos, side="right") - 1
+        out = np.empty(pos.shape, dtype=np.int64)
+        for k in np.unique(shard).tolist():
+            mine = shard == k
+            local = self._local(k)
+            out[mine] = (
+                starts[k]
+                + np.searchsorted(local, pos[mine] - self._starts_list[k], side="right")
+                - 1
+            )
+        return out
 
     def __len__(self) -> int:
-        if self._num_docs is None:
-            self.offsets  # noqa: B018 -- computes the count (eos scan)
-        return self._num_docs  # type: ignore[return-value]
+        return self._document_starts()[-1]
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -590,10 +783,16 @@ class TokenShardSource:
             raise IndexError(f"document index {i} is outside [0, {n}); no negative indexing")
         return i
 
+    def _document_range(self, i: int) -> tuple[int, int]:
+        """Stream range of document ``i`` (its shard's offsets checked on first use)."""
+        starts = self._document_starts()
+        k = bisect.bisect_right(starts, i) - 1
+        local = self._local(k, check=True)
+        base = self._starts_list[k]
+        return base + int(local[i - starts[k]]), base + int(local[i - starts[k] + 1])
+
     def __getitem__(self, index: int) -> np.ndarray:
-        i = self._check_document(index)
-        offsets = self.offsets
-        return self.read_tokens(int(offsets[i]), int(offsets[i + 1]))
+        return self.read_tokens(*self._document_range(self._check_document(index)))
 
     def _getitems(self, indices: Sequence[int]) -> list[np.ndarray]:
         return [self[i] for i in indices]
@@ -602,7 +801,7 @@ class TokenShardSource:
         """Returns a copy of tokens ``[start, stop)`` of ``document`` (bounds-checked)."""
         i = self._check_document(document)
         start, stop = operator.index(start), operator.index(stop)
-        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        a, b = self._document_range(i)
         if not 0 <= start <= stop <= b - a:
             raise IndexError(
                 f"span [{start}, {stop}) is outside document {i} of length {b - a}; "

@@ -16,6 +16,12 @@ A write is a transaction. For a target ``DIR/NAME`` (symbolic links resolved):
    file system cannot exchange, the old folder is renamed aside first: a crash between the
    two renames leaves nothing at ``DIR/NAME`` until the next write restores the old corpus.
 
+With ``shuffle=seed`` documents are stored in a seeded random order, so storage order
+carries no clustering into the blocks of the blocked order: stored document ``i`` is input
+document ``shuffled_order(i, N, seed)`` (a keyed bijection; the seed is recorded in the
+manifest as ``shuffle_seed``). The input is first written to a corpus inside the private
+folder and copied out in that order (twice the disk while writing, ``O(1)`` memory).
+
 So ``DIR/NAME`` holds the old complete corpus or the new one at every instant, never a mix and
 (on Linux file systems that exchange: ext4, xfs, btrfs, tmpfs, ...) never nothing; a failed or
 killed write changes nothing there. Readers of the old corpus detect its replacement at their
@@ -42,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.checks import is_int
+from grainpack.checks import check_int, is_int
 from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import (
@@ -57,8 +63,24 @@ from grainpack.corpus.native import (
     plain_int,
 )
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
+from grainpack.index.blocked import feistel, mix_key
 
-__all__ = ["CorpusWriter", "write_corpus"]
+__all__ = ["CorpusWriter", "Transaction", "shuffle_corpus", "shuffled_order", "write_corpus"]
+
+SHUFFLE_STREAM = 0x5AFF1E
+SHUFFLE_STAGING = ".shuffle-input"  # inside the private folder: the input in input order
+
+
+def shuffled_order(stored: Any, num_documents: int, seed: int) -> np.ndarray:
+    """Input index of stored documents ``stored`` of a corpus written with ``shuffle=seed``.
+
+    Example:
+        >>> sorted(shuffled_order(np.arange(5), 5, seed=1).tolist())
+        [0, 1, 2, 3, 4]
+    """
+    return feistel(np.asarray(stored), num_documents, mix_key(seed, SHUFFLE_STREAM))
+
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
@@ -189,10 +211,19 @@ class _ShardFiles:
     """
 
     def __init__(
-        self, directory: Path, index: int, dtype: np.dtype, base: int, stream: _Stream
+        self,
+        directory: Path,
+        index: int,
+        dtype: np.dtype,
+        base: int,
+        stream: _Stream,
+        first_document: int,
     ) -> None:
         self.tokens_file, self.offsets_file = f"tokens-{index:05d}.bin", f"offsets-{index:05d}.bin"
+        self.summary_file = f"summary-{index:05d}.bin"
+        self.directory = directory
         self.paths = (directory / self.tokens_file, directory / self.offsets_file)
+        self.summary = ShardSummary(first_document)
         self.tokens, self.offsets = open(self.paths[0], "wb"), open(self.paths[1], "wb")  # noqa: SIM115
         self.tokens_hash, self.offsets_hash = hashlib.sha256(), hashlib.sha256()
         self.base, self.stream = base, stream  # stream position of the shard's first token
@@ -206,6 +237,7 @@ class _ShardFiles:
         n = tokens.size
         if self.filled + n > FLUSH_TOKENS:
             self.flush()
+        self.summary.add(n)
         self.num_tokens += n
         self.num_documents += 1
         if n > FLUSH_TOKENS:
@@ -230,6 +262,11 @@ class _ShardFiles:
 
     def finish(self) -> dict[str, Any]:
         self.flush()
+        summary = self.summary.to_bytes()
+        with open(self.directory / self.summary_file, "wb") as f:
+            f.write(summary)
+            f.flush()
+            os.fsync(f.fileno())
         for f in (self.tokens, self.offsets):
             f.flush()
             os.fsync(f.fileno())
@@ -241,6 +278,8 @@ class _ShardFiles:
             "num_documents": self.num_documents,
             "tokens_sha256": self.tokens_hash.hexdigest(),
             "offsets_sha256": self.offsets_hash.hexdigest(),
+            "summary_file": self.summary_file,
+            "summary_sha256": hashlib.sha256(summary).hexdigest(),
         }
 
     def close(self) -> None:
@@ -489,6 +528,7 @@ class CorpusWriter:
         shard_tokens: int = 1 << 28,
         overwrite: bool = False,
         tokenizer: dict[str, Any] | None = None,
+        shuffle: int | None = None,
     ) -> None:
         if tokenizer is not None and not isinstance(tokenizer, dict):
             raise TypeError(f"tokenizer must be a dict (JSON object) or None, got {tokenizer!r}")
@@ -509,6 +549,20 @@ class CorpusWriter:
         self._stream = _Stream()
         self._dmax = min(int(np.iinfo(self._dtype).max), MAX_TOKEN_ID)
         self._closed = False
+        self.shuffle = None if shuffle is None else check_int("shuffle", plain_int(shuffle))
+        self._input: CorpusWriter | None = None  # with shuffle: the input, in input order
+        if self.shuffle is not None:
+            try:
+                self._input = CorpusWriter(
+                    self._staging / SHUFFLE_STAGING,
+                    dtype=self._dtype.name,
+                    vocab_size=vocab_size,
+                    eos_id=eos_id,
+                    shard_tokens=shard_tokens,
+                )
+            except BaseException:
+                self._transaction.abort()
+                raise
 
     @property
     def num_documents(self) -> int:
@@ -522,6 +576,11 @@ class CorpusWriter:
         """Appends one document (a 1-D sequence of int ids) and returns its index."""
         if self._closed:
             raise ValueError(f"CorpusWriter for {self.path} is closed; open a new writer")
+        if self._input is not None:
+            return self._input.add(tokens)
+        return self._append(tokens)
+
+    def _append(self, tokens: Any) -> int:
         index = self._num_documents
         arr = _check_document(tokens, index, self._dmax, self.vocab_size)
         current = self._current
@@ -532,7 +591,12 @@ class CorpusWriter:
                 current = None
             if current is None:
                 current = self._current = _ShardFiles(
-                    self._staging, len(self._shards), self._dtype, self._num_tokens, self._stream
+                    self._staging,
+                    len(self._shards),
+                    self._dtype,
+                    self._num_tokens,
+                    self._stream,
+                    index,
                 )
             current.add(arr)
         except OSError as err:
@@ -556,6 +620,10 @@ class CorpusWriter:
         self._transaction.publish()
 
     def _finish(self) -> None:
+        if self._input is not None:
+            self._input.close()
+            self._copy_shuffled(open_corpus(self._input.path))
+            shutil.rmtree(self._input.path)
         if self._current is not None:
             self._shards.append(self._current.finish())
             self._current = None
@@ -567,6 +635,7 @@ class CorpusWriter:
             "eos_id": self.eos_id,
             "num_documents": self._num_documents,
             "num_tokens": self._num_tokens,
+            "summary_block_docs": SUMMARY_BLOCK_DOCS,
             "max_token_id": None if self._stream.max_id < 0 else self._stream.max_id,
             "content_sha256": content_digest(
                 self._stream.tokens.hexdigest(), self._stream.offsets.hexdigest()
@@ -575,13 +644,24 @@ class CorpusWriter:
         }
         if self.tokenizer is not None:
             manifest["tokenizer"] = self.tokenizer
+        if self.shuffle is not None:
+            manifest["shuffle_seed"] = self.shuffle
         self._transaction.write_manifest(manifest)
+
+    def _copy_shuffled(self, source: TokenShardSource) -> None:
+        """Appends the documents of ``source`` in the order of ``shuffle``."""
+        n, seed = len(source), self.shuffle
+        for lo in range(0, n, 1 << 16):
+            for document in shuffled_order(np.arange(lo, min(lo + (1 << 16), n)), n, seed):
+                self._append(source[int(document)])
 
     def abort(self) -> None:
         """Stops writing: removes what was written; nothing at ``path`` changes."""
         if self._closed:
             return
         self._closed = True
+        if self._input is not None:
+            self._input.abort()
         if self._current is not None:
             self._current.close()
             self._current = None
@@ -618,6 +698,7 @@ def write_corpus(
     shard_tokens: int = 1 << 28,
     overwrite: bool = False,
     tokenizer: dict[str, Any] | None = None,
+    shuffle: int | None = None,
 ) -> TokenShardSource:
     """Writes ``documents`` (each a 1-D sequence of ids) as a native corpus and opens it.
 
@@ -635,7 +716,41 @@ def write_corpus(
         [[7]]
     """
     options = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, shard_tokens=shard_tokens)
-    with CorpusWriter(path, overwrite=overwrite, tokenizer=tokenizer, **options) as writer:  # type: ignore[arg-type]
+    options.update(overwrite=overwrite, tokenizer=tokenizer, shuffle=shuffle)
+    with CorpusWriter(path, **options) as writer:  # type: ignore[arg-type]
         for doc in documents:
             writer.add(doc)
+    return open_corpus(path)
+
+
+def shuffle_corpus(
+    source: PathLike,
+    path: PathLike,
+    *,
+    seed: int,
+    shard_tokens: int = 1 << 28,
+    overwrite: bool = False,
+) -> TokenShardSource:
+    """Copies the corpus at ``source`` (any format :func:`open_corpus` reads) to a native
+    corpus at ``path`` whose documents are stored in the random order of ``seed``.
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> _ = write_corpus(f"{d}/a", [[1], [2], [3]])
+        >>> [x.tolist() for x in shuffle_corpus(f"{d}/a", f"{d}/b", seed=0)]
+        [[2], [1], [3]]
+    """
+    src = open_corpus(source)
+    with CorpusWriter(
+        path,
+        dtype=src.dtype.name if src.dtype.name in DTYPES else "uint32",
+        vocab_size=src.vocab_size,
+        eos_id=src.eos_id,
+        shard_tokens=shard_tokens,
+        overwrite=overwrite,
+        tokenizer=src.tokenizer,
+    ) as writer:
+        writer.shuffle = check_int("seed", plain_int(seed))
+        writer._copy_shuffled(src)
     return open_corpus(path)

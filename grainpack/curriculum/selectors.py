@@ -43,9 +43,17 @@ from grainpack.curriculum.protocols import (
 from grainpack.index.hashing import splitmix64, splitmix64_array
 from grainpack.index.orders import SequenceSelector, check_selected_order
 
-__all__ = ["BucketReport", "Chain", "LengthBuckets", "LinearRamp", "PerSource"]
+__all__ = [
+    "BlockLengthBuckets",
+    "BucketReport",
+    "Chain",
+    "LengthBuckets",
+    "LinearRamp",
+    "PerSource",
+]
 
 KEEP_STREAM = 0x5E1EC7
+BLOCK_KEEP_STREAM = 0x5E1EB10C
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +265,11 @@ class LengthBuckets:
             kept_tokens=count(keep, lengths),
         )
 
+    def for_blocks(self, block_docs: int) -> BlockLengthBuckets:
+        """This selector as ``order=BlockedOrder(block_docs=...)`` applies it: decisions per
+        (block, bucket), so kept tokens per block are known without reading documents."""
+        return BlockLengthBuckets(self, block_docs)
+
     def bind(self, name: str, corpus: HasLengths) -> LengthBuckets:
         """This selector for pipeline source ``name`` (its lengths come from ``corpus``)."""
         if self.corpus is None:
@@ -268,6 +281,90 @@ class LengthBuckets:
                 f"to source {name!r} ({corpus!r}); drop corpus= or use PerSource"
             )
         return self
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockLengthBuckets:
+    """:class:`LengthBuckets` for the blocked order: one decision per (block, bucket).
+
+    The documents of bucket ``k`` in block ``b`` (stored documents ``[b*C, (b+1)*C)``) are
+    all kept in epoch ``e`` iff ``splitmix64(key_e ^ (b * buckets + k)) < rate_k * 2**64``,
+    with ``key_e`` mixed from (seed, epoch). It is still a pure per-document function (a
+    document's block and bucket decide), applied to each window's documents, and its kept
+    tokens per block (:meth:`block_totals`) come from a table of tokens and documents per
+    (block, bucket), built once per process in one streaming pass over the offsets:
+    ``O(N)`` time once, ``O(N / C * buckets)`` memory. Kept documents are correlated inside
+    a block, which is harmless when storage order is random (``build --shuffle``).
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> src = gp.write_corpus(tempfile.mkdtemp(), [np.ones(n, int) for n in (3, 5, 50, 70)])
+      >>> short = LengthBuckets(edges=(10,), rates=(1.0, 0.0), corpus=src).for_blocks(2)
+      >>> short(np.array([3, 0, 2, 1]), 0, 0).tolist(), short.block_totals(0, 0)[0].tolist()
+      ([0, 1], [8, 0])
+    """
+
+    buckets: LengthBuckets
+    block_docs: int
+
+    def __post_init__(self) -> None:
+        check_int("block_docs", self.block_docs, minimum=1)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_cached_table"}
+
+    def _corpus(self) -> Any:
+        corpus = self.buckets.corpus
+        if corpus is None or not hasattr(corpus, "offsets_between"):
+            raise ValueError(
+                "the blocked order's LengthBuckets reads document offsets from its corpus: use "
+                f"a pipeline that binds selectors to sources (got corpus={corpus!r})"
+            )
+        return corpus
+
+    def _keep(self, blocks: np.ndarray, buckets: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+        rates = self.buckets.rates_for(epoch)
+        limits = np.array([min(int(r * 2.0**64), 2**64 - 1) for r in rates], dtype=np.uint64)
+        always = np.array([r >= 1.0 for r in rates])
+        key = splitmix64(splitmix64(int(seed) ^ BLOCK_KEEP_STREAM) ^ int(epoch))
+        cells = blocks.astype(np.uint64) * np.uint64(len(rates)) + buckets.astype(np.uint64)
+        hashes = splitmix64_array(cells ^ np.uint64(key))
+        return (hashes < limits[buckets]) | always[buckets]
+
+    def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+        docs = np.asarray(order, dtype=np.int64)
+        corpus = self._corpus()
+        lengths = corpus.document_offsets(docs + 1) - corpus.document_offsets(docs)
+        buckets = np.searchsorted(self.buckets.edges, lengths, side="right")
+        return docs[self._keep(docs // self.block_docs, buckets, seed, epoch)]
+
+    def _table(self) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens and documents per (block, bucket), ``(M, buckets)`` int64 (cached)."""
+        table = self.__dict__.get("_cached_table")
+        if table is None:
+            corpus, c, k = self._corpus(), self.block_docs, self.buckets.num_buckets
+            n = len(corpus)
+            m = -(-n // c)
+            tokens, docs = np.zeros(m * k, np.int64), np.zeros(m * k, np.int64)
+            step = c * max(1, (1 << 22) // c)
+            for first in range(0, n, step):
+                lengths = np.diff(corpus.offsets_between(first, min(first + step, n)))
+                ids = np.arange(first, first + len(lengths)) // c * k
+                ids += np.searchsorted(self.buckets.edges, lengths, side="right")
+                tokens += np.bincount(ids, weights=lengths, minlength=m * k).astype(np.int64)
+                docs += np.bincount(ids, minlength=m * k)
+            table = tokens.reshape(m, k), docs.reshape(m, k)
+            object.__setattr__(self, "_cached_table", table)
+        return table
+
+    def block_totals(self, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """int64 ``(kept tokens, kept documents)`` of every block in ``epoch``."""
+        tokens, docs = self._table()
+        m, k = tokens.shape
+        keep = self._keep(
+            np.repeat(np.arange(m), k), np.tile(np.arange(k), m), seed, epoch
+        ).reshape(m, k)
+        return (tokens * keep).sum(axis=1), (docs * keep).sum(axis=1)
 
 
 def _check_selector(selector: object, what: str) -> None:

@@ -25,10 +25,12 @@ __all__ = ["CONSTANT", "PackedRows", "Part", "Provenance", "StreamLayout", "pack
 
 class StreamLayout(Protocol):
     """Where a source's documents and shards lie in its token stream (``TokenShardSource``
-    is one): document offsets and shard starts, int64."""
+    is one): int64 document offsets, the stream length and shard starts."""
+
+    def document_offsets(self, documents: np.ndarray) -> np.ndarray: ...
 
     @property
-    def offsets(self) -> np.ndarray: ...
+    def num_tokens(self) -> int: ...
 
     @property
     def shard_starts(self) -> np.ndarray: ...
@@ -177,7 +179,9 @@ def pack_rows(
 
     Example:
       >>> from grainpack.index.stream import row_spans, stream_plan
-      >>> class Stream: offsets, shard_starts = np.array([0, 3, 5]), np.array([0, 5])
+      >>> class Stream:
+      ...     num_tokens, shard_starts = 5, np.array([0, 5])
+      ...     document_offsets = np.array([0, 3, 5]).take
       >>> spans = row_spans(stream_plan(np.array([3, 2]), None, boundary=True), [0], block=4)
       >>> packed = pack_rows([Part(0, 0, Stream(), spans, np.array([0]))], num_rows=1,
       ...                    block=4, boundary=True)
@@ -193,9 +197,9 @@ def pack_rows(
         spans = part.spans
         filled[part.destination] = spans.filled
         here = part.destination[spans.row] * width + spans.offset
-        stream = part.stream.offsets[spans.document] + spans.start
+        stream = part.stream.document_offsets(spans.document) + spans.start
         stop = stream + spans.length
-        fold = spans.boundary & (stop < part.stream.offsets[-1])  # the stream goes on
+        fold = spans.boundary & (stop < part.stream.num_tokens)  # the stream goes on
         at.append(here)
         source.append(np.full(len(here), part.source_index))
         first.append(stream)

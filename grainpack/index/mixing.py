@@ -44,6 +44,7 @@ BLOCK_SLOTS = 1 << 16  # slots per cached count block; 512 KiB of uint64 scratch
 MAX_SLOTS = 1 << 35
 _CHUNK_SLOTS = 1 << 20  # scratch size of choose_sources (bounded memory for long ranges)
 _THREADED_BLOCKS = 256  # extend the block cache with 2 threads from 2**24 new slots on
+_BACK_SLOTS = 1 << 22  # a slot this close before an anchor is counted back from it
 
 
 def cumulative_probabilities(probs: Sequence[float]) -> tuple[float, ...]:
@@ -179,9 +180,11 @@ class SlotMixer:
 
     Counts per source of each block of ``BLOCK_SLOTS`` slots are computed by one vectorized
     hash and kept as prefix sums, extended lazily. ``counts_before(10**8)`` costs about 0.13 s
-    the first time (1526 blocks, 2 cores) and microseconds afterwards. With one source the
-    occurrence is the slot itself: nothing is counted. With several, slots beyond
-    ``MAX_SLOTS`` are refused with a ``ValueError`` stating the cost.
+    the first time (1526 blocks, 2 cores) and microseconds afterwards. A restore that knows
+    the counts at its slot (:meth:`anchor`) starts the prefix sums there instead of at 0:
+    its cost no longer grows with the slot. With one source the occurrence is the slot
+    itself: nothing is counted. Counting more than ``MAX_SLOTS`` slots (from 0 or from the
+    anchor) is refused with a ``ValueError`` stating the cost.
 
     Args:
         seed: the mix seed (any int; it enters the hash modulo 2**64).
@@ -209,14 +212,16 @@ class SlotMixer:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._prefix = np.zeros((1, self.num_sources), dtype=np.int64)  # row b: slots < b*BLOCK
+        self._base = 0  # row b of _prefix: counts of the slots < (base + b) * BLOCK_SLOTS
+        self._prefix = np.zeros((1, self.num_sources), dtype=np.int64)
         # (slot, counts before it) of the last query: consecutive draws() of one stream of
         # batches then hash only their own slots, not the start of their block again.
         self._memo: tuple[int, np.ndarray] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Caches are rebuilt lazily: the pickle stays small however far the mixer has run.
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_prefix", "_memo")}
+        skip = ("_lock", "_base", "_prefix", "_memo")
+        return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -239,14 +244,44 @@ class SlotMixer:
         counts[:] = np.diff(np.array(below, dtype=np.int64))
         return counts
 
+    def anchor(self, slot: int, counts: Sequence[int]) -> None:
+        """Starts the count cache at ``slot``, whose per-source counts are known (a restore).
+
+        The counts are trusted: a restore checks them by recomputing the last batch before
+        ``slot``, whose rows depend on them. Counts the cache already holds are compared.
+
+        Raises:
+            ValueError: ``counts`` has the wrong length or does not sum to ``slot``, or the
+              cache already holds other counts for ``slot``.
+        """
+        slot = check_int("slot", slot)
+        known = np.array([check_int("counts", c) for c in counts], dtype=np.int64)
+        if known.shape != (self.num_sources,) or int(known.sum()) != slot:
+            raise ValueError(
+                f"counts must give one count per source ({self.num_sources}) summing to the "
+                f"slot {slot}; got {known.tolist()}"
+            )
+        block = slot // BLOCK_SLOTS
+        with self._lock:
+            at_block = known - self._count_range(block * BLOCK_SLOTS, slot)
+            if self._base <= block < self._base + self._prefix.shape[0]:
+                if not np.array_equal(self._prefix[block - self._base], at_block):
+                    raise ValueError(
+                        f"counts {known.tolist()} at slot {slot} disagree with the slot hash; "
+                        "the state is corrupt or from another mixture"
+                    )
+                return
+            self._base, self._prefix = block, at_block[None, :]
+            self._memo = (slot, known)
+
     def _ensure_blocks(self, num_blocks: int) -> None:
-        if num_blocks < self._prefix.shape[0]:
+        if num_blocks < self._base + self._prefix.shape[0]:
             return
         with self._lock:
             self._extend(num_blocks)
 
     def _extend(self, num_blocks: int) -> None:
-        have = self._prefix.shape[0] - 1
+        have = self._base + self._prefix.shape[0] - 1
         if num_blocks <= have:
             return
         new = np.empty((num_blocks - have, self.num_sources), dtype=np.int64)
@@ -281,8 +316,11 @@ class SlotMixer:
 
     def check_cost(self, slot: int) -> None:
         """Raises ``ValueError`` (stating the cost) if counting the slots before ``slot`` is
-        refused: more than ``MAX_SLOTS`` of them with several sources."""
-        if self.num_sources > 1 and slot > MAX_SLOTS:
+        refused: more than ``MAX_SLOTS`` of them to hash (from 0, or from the anchor) with
+        several sources."""
+        anchor = self._base * BLOCK_SLOTS
+        counted = slot - anchor if slot >= anchor else slot
+        if self.num_sources > 1 and counted > MAX_SLOTS:
             raise ValueError(
                 f"counting which of {self.num_sources} sources each of the {slot:,} slots before "
                 f"slot {slot:,} chose hashes every one of them: about {slot / 5e8:,.0f} s and "
@@ -302,8 +340,14 @@ class SlotMixer:
             return np.array([slot], dtype=np.int64)
         self.check_cost(slot)
         block = slot // BLOCK_SLOTS
+        if block < self._base:  # before an anchor: count back from it when close
+            if (self._base - block) * BLOCK_SLOTS <= _BACK_SLOTS:
+                end = self._base * BLOCK_SLOTS
+                return self._prefix[0] - self._count_range(slot, end)
+            with self._lock:
+                self._base, self._prefix = 0, np.zeros((1, self.num_sources), dtype=np.int64)
         self._ensure_blocks(block)
-        base_slot, base = block * BLOCK_SLOTS, self._prefix[block]
+        base_slot, base = block * BLOCK_SLOTS, self._prefix[block - self._base]
         memo = self._memo
         if memo is not None and base_slot <= memo[0] <= slot:
             base_slot, base = memo
@@ -317,7 +361,7 @@ class SlotMixer:
         stop = check_int("stop", stop, minimum=start)
         if self.num_sources == 1:
             return np.array([stop - start], dtype=np.int64)
-        cached_slots = (self._prefix.shape[0] - 1) * BLOCK_SLOTS
+        cached_slots = (self._base + self._prefix.shape[0] - 1) * BLOCK_SLOTS
         if stop - start <= 4 * BLOCK_SLOTS and stop > cached_slots:
             return self._count_range(start, stop)  # short range past the cache: count directly
         return self.counts_before(stop) - self.counts_before(start)

@@ -33,16 +33,15 @@ class StreamPlan:
     """Documents laid end to end, each followed by ``extra`` boundary tokens (0 or 1).
 
     Attributes:
-      documents: document ids in stream order, or ``None`` for the identity order.
-      lengths: tokens of each document, in stream order.
-      bounds: ``len(lengths) + 1`` stream positions: document ``k`` (and its boundary token)
-        occupies ``[bounds[k], bounds[k + 1])``.
+      documents: document ids in stream order (uint32 when the ids fit, else int64), or
+        ``None`` for the identity order.
+      bounds: ``len(documents) + 1`` stream positions: document ``k`` (and its boundary
+        token) occupies ``[bounds[k], bounds[k + 1])``.
       boundary: whether a boundary token follows each document but the last.
       total: stream length in tokens.
     """
 
     documents: np.ndarray | None
-    lengths: np.ndarray
     bounds: np.ndarray
     boundary: bool
     total: int
@@ -51,16 +50,33 @@ class StreamPlan:
         """Rows of ``block + 1`` tokens needed for the stream (the last one padded)."""
         return -(-self.total // (block + 1))
 
+    def lengths_at(self, k: np.ndarray) -> np.ndarray:
+        """Tokens of the documents at stream positions ``k`` (their boundary excluded)."""
+        lengths = self.bounds[k + 1] - self.bounds[k]
+        if self.boundary:
+            lengths -= k < len(self.bounds) - 2
+        return lengths
+
 
 def stream_plan(lengths: np.ndarray, order: np.ndarray | None, *, boundary: bool) -> StreamPlan:
-    """Plans the stream of ``lengths[order]`` with a boundary token between documents."""
-    ordered = np.asarray(lengths if order is None else lengths[order], dtype=np.int64)
-    bounds = np.zeros(len(ordered) + 1, dtype=np.int64)
-    np.cumsum(ordered, out=bounds[1:])
-    if boundary and len(ordered) > 1:
-        bounds[1:-1] += np.arange(1, len(ordered))  # one boundary after each but the last
-        bounds[-1] += len(ordered) - 1
-    return StreamPlan(order, ordered, bounds, boundary, int(bounds[-1]))
+    """Plans the stream of ``lengths[order]`` with a boundary token between documents.
+
+    Holds 12 bytes per document (uint32 ids, int64 bounds) when the ids fit 32 bits.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths) if order is None else len(order)
+    bounds = np.zeros(n + 1, dtype=np.int64)
+    if order is None:
+        bounds[1:] = lengths
+    else:
+        np.take(lengths, order, out=bounds[1:])
+    if boundary and n > 1:
+        bounds[1:n] += 1  # one boundary after each document but the last
+    np.cumsum(bounds[1:], out=bounds[1:])
+    documents = None
+    if order is not None:
+        documents = order.astype(np.uint32 if len(lengths) <= 1 << 32 else np.int64)
+    return StreamPlan(documents, bounds, boundary, int(bounds[-1]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +127,7 @@ def row_spans(plan: StreamPlan, rows: np.ndarray, *, block: int) -> Spans:
     if not keep.all():
         span_row, i, starts, a_row, lo, hi = (x[keep] for x in (span_row, i, starts, a_row, lo, hi))
     local_lo, local_hi = lo - starts, hi - starts
-    lengths = plan.lengths[i]
+    lengths = plan.lengths_at(i)
     return Spans(
         row=span_row,
         offset=lo - a_row,
@@ -133,7 +149,8 @@ class SourceRows:
       seed: this source's seed (the pipeline passes ``seed + j`` for source ``j``).
       boundary: documents unit only: a boundary token between consecutive documents.
       selector: documents unit only: the curriculum hook of ``global_document_order``.
-      cache_epochs: how many epoch plans to keep.
+      cache_epochs: how many epoch plans to keep. An epoch's plan is dropped before the
+        next one is built (one plan per source alive at a time with the default 1).
     """
 
     def __init__(
@@ -145,7 +162,7 @@ class SourceRows:
         seed: int,
         boundary: bool = False,
         selector: SequenceSelector | None = None,
-        cache_epochs: int = 2,
+        cache_epochs: int = 1,
     ) -> None:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.unit, self.block, self.seed = unit, block, seed

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import sys
 import time
 
@@ -20,7 +21,9 @@ import numpy as np
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.summary import block_tokens
 from grainpack.curriculum.protocols import adapts_online, bind_selector
+from grainpack.index.blocked import BlockedRows, BlockSelector
 from grainpack.index.layout import PackedRows, Part, pack_rows
 from grainpack.index.mixing import SlotMixer
 from grainpack.index.slots import process_slots
@@ -57,6 +60,14 @@ def _check_ids_fit(name: str, path: str, source: TokenShardSource) -> None:
         "batch arrays (max 2**31 - 1), where they would wrap. Rewrite it with its ids checked: "
         f"grainpack build {path} -o NEW --dtype uint32 [--vocab-size N] (refuses ids >= 2**31)"
     )
+
+
+# Bytes per document the exact order holds at its peak, per source and process: int64
+# lengths (8), and while an epoch is planned its int64 permutation (8), int64 bounds (8),
+# uint32 ids (4) and the generator's scratch (33 measured at 10**7 documents); a selector
+# copies and hashes the order (about 24 more). Windows unit: lengths and the identity bounds
+# (16), plus 8 per window of the epoch's permutation.
+EXACT_BYTES_PER_DOCUMENT, SELECTOR_BYTES_PER_DOCUMENT = 34, 24
 
 
 class PipelineBatches:
@@ -96,8 +107,11 @@ class PipelineBatches:
         self.process_count = process_count
         self.evaluation = evaluation
         self._sources: list[TokenShardSource] | None = None
-        self._rows: dict[int, SourceRows] = {}
+        self._rows: dict[int, SourceRows | BlockedRows] = {}
         self._mixer: SlotMixer | None = None
+        # (slot, per-source counts before it), known from a restored state: the mixer's count
+        # cache starts there, in this process and in every worker it is pickled to.
+        self.anchor: tuple[int, tuple[int, ...]] | None = None
 
     # -- lazily built state (dropped when pickled for Grain workers) --------------------
 
@@ -128,20 +142,31 @@ class PipelineBatches:
                     )
         return self._sources
 
-    def rows(self, j: int) -> SourceRows:
+    def rows(self, j: int) -> SourceRows | BlockedRows:
         """The row stream of source ``j`` (seeded ``seed + j``, as in ``MixedStream``)."""
         rows = self._rows.get(j)
         if rows is None:
-            cfg = self.config
-            selector = bind_selector(cfg.sequence_selector, list(cfg.sources)[j], self.sources[j])
-            rows = SourceRows(
-                self.sources[j].lengths,
+            cfg, source = self.config, self.sources[j]
+            name = list(cfg.sources)[j]
+            selector = bind_selector(cfg.sequence_selector, name, source)
+            options = dict(
                 unit=cfg.unit,
                 block=cfg.block,
                 seed=cfg.seed + j,
                 boundary=cfg.boundary_id is not None,
-                selector=selector,
             )
+            order = cfg.blocked
+            if order is None:
+                rows = SourceRows(source.lengths, selector=selector, **options)
+            else:
+                if selector is not None:
+                    selector = _block_selector(selector, name, order.block_docs)
+                totals = None
+                if cfg.unit == "documents" and selector is None:
+                    totals = block_tokens(source, order.block_docs)
+                rows = BlockedRows(
+                    source, order=order, selector=selector, block_tokens=totals, **options
+                )
             self._rows[j] = rows
         return rows
 
@@ -149,8 +174,52 @@ class PipelineBatches:
     def mixer(self) -> SlotMixer:
         """Slot -> (source, occurrence) for the configured weights."""
         if self._mixer is None:
-            self._mixer = SlotMixer(self.config.seed, self.config.probabilities)
+            mixer = SlotMixer(self.config.seed, self.config.probabilities)
+            if self.anchor is not None:
+                mixer.anchor(*self.anchor)
+            self._mixer = mixer
         return self._mixer
+
+    def index_bytes(self, copies: int = 1) -> int:
+        """Estimated peak bytes of the exact order's index in one process (0 for the
+        blocked order, whose memory does not grow with the corpus beyond ``O(N / C)``),
+        times ``copies`` (processes planning with their own copy, e.g. Grain workers)."""
+        cfg = self.config
+        if cfg.blocked is not None:
+            return 0
+        total = 0
+        for source in self.sources:
+            if cfg.unit == "windows":
+                total += 16 * len(source) + 8 * (source.num_tokens // (cfg.block + 1))
+            else:
+                extra = SELECTOR_BYTES_PER_DOCUMENT if cfg.sequence_selector is not None else 0
+                total += (EXACT_BYTES_PER_DOCUMENT + extra) * len(source)
+        return total * copies
+
+    def check_index_memory(self, limit: int | None, *, copies: int = 1) -> None:
+        """Refuses, before anything is allocated, an exact order that would not fit.
+
+        Args:
+          limit: bytes allowed for the index (``None``: a quarter of physical memory).
+          copies: processes on this host planning with their own copy (Grain workers).
+
+        Raises:
+          ValueError: the estimate exceeds ``limit``; the message names the estimate and
+            ``order=gp.BlockedOrder(...)``.
+        """
+        estimate = self.index_bytes(copies)
+        if limit is None:
+            limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+        if estimate > limit:
+            documents = sum(len(s) for s in self.sources)
+            raise ValueError(
+                f"order='exact' would hold about {_size(estimate)} of index for {documents:,} "
+                f"documents ({copies} planning process(es); O(documents) per process), more "
+                f"than the limit of {_size(limit)} (a quarter of this "
+                "machine's memory unless max_index_bytes is given). Use "
+                "order=gp.BlockedOrder(block_docs=4096, window_blocks=256) in PipelineConfig: "
+                "its memory is O(documents / block_docs) per process (README, 'Scale')"
+            )
 
     def __getstate__(self) -> dict:
         # The opened sources travel (their shard records are small): a worker reads the
@@ -347,3 +416,18 @@ class CheckedReader:
                 self.sources[j].check_files(shards)
             self.checked = now
         return self.reader.read(first, stop)
+
+
+def _block_selector(selector: object, name: str, block_docs: int) -> BlockSelector:
+    """The selector of source ``name`` as the blocked order needs it (decisions per block)."""
+    if not hasattr(selector, "for_blocks"):
+        raise TypeError(
+            f"order=BlockedOrder needs a selector whose kept tokens per block are known without "
+            f"reading documents (a gp.LengthBuckets, or gp.PerSource of them); source {name!r} "
+            f"has {selector!r}. Use order='exact' for arbitrary per-document selectors"
+        )
+    return selector.for_blocks(block_docs)
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

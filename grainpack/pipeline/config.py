@@ -11,6 +11,7 @@ from typing import Any, Literal
 from grainpack.checks import check_float, check_int
 from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.curriculum.protocols import BindsToSource, describe_selector
+from grainpack.index.blocked import BlockedOrder
 from grainpack.index.orders import SequenceSelector
 from grainpack.index.weights import content_probabilities
 
@@ -48,6 +49,10 @@ class PipelineConfig:
         it; -1 past the row's last segment). A segment made of the row's last token only (a
         target, after a boundary token) has an entry but no position in ``segment_ids``.
         Does not change any token (not part of the fingerprint).
+      order: ``"exact"`` (the specification's orders, bit for bit: ``O(N)`` memory per
+        source and process) or a :class:`~grainpack.BlockedOrder` (blocks of documents
+        permuted by a keyed bijection, documents permuted inside windows of blocks:
+        ``O(N / C + K * C)``). See the README's "Scale" section.
 
     Example:
       >>> cfg = PipelineConfig(sources={"en": "/data/en", "fr": "/data/fr"}, block=2048,
@@ -67,6 +72,7 @@ class PipelineConfig:
     pad_id: int = 0
     sequence_selector: SequenceSelector | None = None
     provenance: bool = False
+    order: Literal["exact"] | BlockedOrder = "exact"
 
     def __post_init__(self) -> None:
         if not isinstance(self.sources, Mapping) or not self.sources:
@@ -88,6 +94,11 @@ class PipelineConfig:
                 )
         if self.unit not in ("documents", "windows"):
             raise ValueError(f"unit must be 'documents' or 'windows'; got {self.unit!r}")
+        if self.order != "exact" and not isinstance(self.order, BlockedOrder):
+            raise TypeError(
+                f"order must be 'exact' or a gp.BlockedOrder(block_docs=..., window_blocks=...); "
+                f"got {self.order!r}"
+            )
         if self.unit == "windows" and (
             self.boundary_id is not None or self.sequence_selector is not None
         ):
@@ -142,8 +153,14 @@ class PipelineConfig:
         """Probability of a slot choosing each source, in source order."""
         return self._probabilities  # type: ignore[attr-defined]
 
+    @property
+    def blocked(self) -> BlockedOrder | None:
+        """The blocked order, or ``None`` for the exact order."""
+        return self.order if isinstance(self.order, BlockedOrder) else None
+
     def description(self) -> dict[str, Any]:
-        """Everything that determines the tokens, as JSON-able data (paths excluded)."""
+        """Everything that determines the tokens, as JSON-able data (paths excluded; the
+        exact order adds nothing, so fingerprints of saved checkpoints stay valid)."""
         selector = self.sequence_selector
         if selector is not None:
             # A function's name is quoted, an object's repr is not (fingerprints of saved
@@ -160,4 +177,4 @@ class PipelineConfig:
             "boundary_id": self.boundary_id,
             "pad_id": self.pad_id,
             "sequence_selector": selector,
-        }
+        } | ({} if self.blocked is None else {"order": self.blocked.description()})

@@ -21,7 +21,7 @@ import grain
 import numpy as np
 from absl import flags
 
-from grainpack.checks import check_int
+from grainpack.checks import check_int, is_int
 from grainpack.jax import process_index_and_count
 from grainpack.pipeline.batches import FORMAT_VERSION, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
@@ -30,6 +30,11 @@ from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, Planned
 logger = logging.getLogger(__name__)
 
 STATE_KEYS = ("version", "step", "process_index", "process_count", "fingerprint", "digest")
+# Version 2 (written with order=BlockedOrder) adds the per-source counts of the slots before
+# the step: the mixer's count cache starts there, so a restore does not count every earlier
+# slot. Version 1 states (the exact order's, and older ones) are still restored.
+COUNTED_STATE_KEYS = (*STATE_KEYS, "counts")
+COUNTED_STATE_VERSION = 2
 READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
@@ -164,18 +169,20 @@ class PipelineIterator(grain.DatasetIterator):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def get_state(self) -> dict[str, int]:
+    def get_state(self) -> dict[str, Any]:
         """The data state: the global step of the next batch, plus identity checks.
 
         Unlike most Grain states it restores on any process count and any worker count
         (the global batches do not depend on either), and it is JSON of plain ints:
         ``version``, ``step``, ``process_index``, ``process_count``, ``fingerprint`` (of
         the config and corpora) and ``digest`` (of the last batch, checked on restore).
+        With a blocked order it also holds ``counts``, the rows each source gave before the
+        step (version 2), so a restore does not count every earlier slot.
         """
         last = self._last
         if last is None and self._step > 0:
             last = self._batches.batch(self._step - 1, self._options.process_index)
-        return {
+        state: dict[str, Any] = {
             "version": FORMAT_VERSION,
             "step": self._step,
             "process_index": self._options.process_index,
@@ -183,6 +190,11 @@ class PipelineIterator(grain.DatasetIterator):
             "fingerprint": self._batches.fingerprint,
             "digest": 0 if last is None else batch_digest(last),
         }
+        if self._batches.config.blocked is not None:
+            slot = self._step * self._batches.config.global_batch_size
+            counts = self._batches.mixer.counts_before(slot)
+            state.update(version=COUNTED_STATE_VERSION, counts=[int(c) for c in counts])
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Continues at ``state["step"]``, as saved by :meth:`get_state` on any number of
@@ -190,22 +202,29 @@ class PipelineIterator(grain.DatasetIterator):
 
         Raises:
           ValueError: the state is malformed, from another grainpack format version, from
-            another config or corpus (unless ``ignore_fingerprint_mismatch``), or the last
-            batch before it, recomputed, differs from the one trained on.
+            another config or corpus (unless ``ignore_fingerprint_mismatch``), its step is
+            beyond any run, or the last batch before it, recomputed, differs from the one
+            trained on.
         """
-        if not isinstance(state, Mapping) or set(state) != set(STATE_KEYS):
+        keys = set(state) if isinstance(state, Mapping) else None
+        if keys not in (set(STATE_KEYS), set(COUNTED_STATE_KEYS)):
             raise ValueError(
-                f"not a grainpack iterator state: expected keys {sorted(STATE_KEYS)}, got {state!r}"
+                f"not a grainpack iterator state: expected keys {sorted(STATE_KEYS)} (and "
+                f"'counts' from version {COUNTED_STATE_VERSION} on), got {state!r}"
             )
-        bad = [k for k in STATE_KEYS if isinstance(state[k], bool) or not isinstance(state[k], int)]
+        counts = state.get("counts", [])
+        bad = [k for k in STATE_KEYS if not is_int(state[k])]
+        if not isinstance(counts, list) or not all(is_int(c) and c >= 0 for c in counts):
+            bad.append("counts")
         if bad or state["step"] < 0 or not 0 <= state["process_index"] < state["process_count"]:
             raise ValueError(
-                f"corrupt grainpack iterator state {dict(state)!r}: every value must be an int, "
-                "step >= 0 and 0 <= process_index < process_count"
+                f"corrupt grainpack iterator state {dict(state)!r}: every value must be an int "
+                "(counts: a list of ints >= 0), step >= 0 and 0 <= process_index < process_count"
             )
-        if state["version"] != FORMAT_VERSION:
+        expected = COUNTED_STATE_VERSION if "counts" in state else FORMAT_VERSION
+        if state["version"] != expected:
             raise ValueError(
-                f"iterator state version {state['version']} is not {FORMAT_VERSION}; it was "
+                f"iterator state version {state['version']} is not {expected}; it was "
                 "written by another grainpack release"
             )
         if (
@@ -219,6 +238,13 @@ class PipelineIterator(grain.DatasetIterator):
                 "ignore_fingerprint_mismatch=True to make_dataset to accept the change"
             )
         step = state["step"]
+        if "counts" in state and state["fingerprint"] == self._batches.fingerprint:
+            anchor = (step * self._batches.config.global_batch_size, tuple(counts))
+            try:
+                self._batches.mixer.anchor(*anchor)
+            except ValueError as err:
+                raise ValueError(f"corrupt grainpack iterator state: {err}") from None
+            self._batches.anchor = anchor  # for the Grain workers started after the restore
         self._batches.check_step(step)  # a step beyond any run is refused before any work
         if step and state["fingerprint"] == self._batches.fingerprint:
             self._verify(state)
@@ -278,6 +304,7 @@ def make_dataset(
     worker_buffer_size: int = 2,
     ignore_fingerprint_mismatch: bool = False,
     evaluation: bool | str = False,
+    max_index_bytes: int | None = None,
 ) -> grain.IterDataset:
     """This process's unbounded stream of batches as a ``grain.IterDataset``.
 
@@ -297,6 +324,9 @@ def make_dataset(
       ignore_fingerprint_mismatch: accept restoring a state saved with another config.
       evaluation: instead of the training stream, the finite evaluation pass of
         :func:`make_eval_dataset` over the source of that name (``True``: the only source).
+      max_index_bytes: ``order="exact"`` only: refuse (``ValueError``, before anything is
+        planned) a config whose index would need more bytes per process, counting one copy
+        per worker; default a quarter of physical memory.
 
     Example:
       >>> import tempfile, numpy as np, grainpack as gp
@@ -323,6 +353,7 @@ def make_dataset(
     check_int("worker_buffer_size", worker_buffer_size, minimum=1)
     batches = PipelineBatches(config, process_count=count)
     batches.sources  # noqa: B018 -- open the corpora now: bad paths fail here, not at next()
+    batches.check_index_memory(max_index_bytes, copies=max(1, worker_count))
     options = _Options(p, worker_count, worker_buffer_size, ignore_fingerprint_mismatch)
     return PipelineDataset(batches, options)
 
@@ -394,6 +425,7 @@ def make_data_loader(
     process_index: int | None = None,
     process_count: int | None = None,
     worker_count: int = 0,
+    max_index_bytes: int | None = None,
 ) -> grain.DataLoader:
     """The same batches as :func:`make_dataset`, through ``grain.DataLoader``.
 
@@ -401,7 +433,7 @@ def make_data_loader(
     batch ``t``), the sampler a :class:`StepSampler`, and the process split is Grain's own
     ``ShardOptions(process_index, process_count)``. DataLoader checkpoints keep Grain's
     rules: restore with the same worker and process counts (use :func:`make_dataset` for
-    elastic restores).
+    elastic restores). ``max_index_bytes`` is :func:`make_dataset`'s.
 
     Example:
       >>> import tempfile, numpy as np, grainpack as gp
@@ -414,6 +446,7 @@ def make_data_loader(
     """
     p, count = process_index_and_count(process_index, process_count)
     batches = PipelineBatches(config, process_count=count)
+    batches.check_index_memory(max_index_bytes, copies=max(1, worker_count))
     if worker_count:
         _absl_flags_parsed()
     return grain.DataLoader(
