@@ -58,7 +58,7 @@ from grainpack.reference.streaming import StreamingCorpus
 from grainpack.reference.windows import MixedStream, PackedStream
 
 if TYPE_CHECKING:
-    from grainpack.jax import make_global_batch
+    from grainpack.jax import expand, make_global_batch, prefetch_to_device
     from grainpack.orbax import CheckpointRestore, CheckpointSave
     from grainpack.pipeline.dataset import (
         PipelineIterator,
@@ -76,6 +76,8 @@ _LAZY = {
     "make_dataset": "grainpack.pipeline.dataset",
     "make_eval_dataset": "grainpack.pipeline.dataset",
     "make_global_batch": "grainpack.jax",
+    "expand": "grainpack.jax",
+    "prefetch_to_device": "grainpack.jax",
     "CheckpointRestore": "grainpack.orbax",
     "CheckpointSave": "grainpack.orbax",
 }
@@ -128,6 +130,7 @@ __all__ = [
     "convert_jsonl",
     "convert_npy",
     "describe_corpus",
+    "expand",
     "global_document_order",
     "make_data_loader",
     "make_dataset",
@@ -136,6 +139,7 @@ __all__ = [
     "mixture_accounting",
     "open_corpus",
     "pack_documents",
+    "prefetch_to_device",
     "read_manifest",
     "shard_documents_for_rank",
     "slot_order",

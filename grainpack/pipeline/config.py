@@ -14,6 +14,7 @@ from grainpack.index.orders import SequenceSelector
 from grainpack.index.weights import content_probabilities
 
 Unit = Literal["documents", "windows"]
+Layout = Literal["full", "compact"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +46,11 @@ class PipelineConfig:
         ``segment_id - 1``) ``segment_document`` and ``segment_offset`` (the document id and
         the offset of the segment's first token in it; -1 where a row has fewer segments).
         Does not change any token (not part of the fingerprint).
+      layout: ``"full"``: batches hold the five int32 model arrays. ``"compact"``: batches
+        hold the rows in the corpus dtype plus a few bytes per row (``tokens``,
+        ``segment_starts``, ``filled``), expanded on the accelerator by
+        :func:`grainpack.expand` into exactly the full layout's arrays. Does not change
+        any token (not part of the fingerprint: a checkpoint restores in either layout).
 
     Example:
       >>> cfg = PipelineConfig(sources={"en": "/data/en", "fr": "/data/fr"}, block=2048,
@@ -64,6 +70,7 @@ class PipelineConfig:
     pad_id: int = 0
     sequence_selector: SequenceSelector | None = None
     provenance: bool = False
+    layout: Layout = "full"
 
     def __post_init__(self) -> None:
         if not isinstance(self.sources, Mapping) or not self.sources:
@@ -80,6 +87,11 @@ class PipelineConfig:
         check_int("pad_id", self.pad_id, minimum=0)
         if self.boundary_id is not None:
             check_int("boundary_id", self.boundary_id, minimum=0)
+        if self.layout not in ("full", "compact"):
+            raise ValueError(
+                f"layout must be 'full' (five int32 arrays) or 'compact' (tokens expanded on "
+                f"the accelerator by grainpack.expand); got {self.layout!r}"
+            )
         if self.unit not in ("documents", "windows"):
             raise ValueError(f"unit must be 'documents' or 'windows'; got {self.unit!r}")
         if self.unit == "windows" and (

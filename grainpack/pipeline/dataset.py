@@ -23,6 +23,7 @@ from grainpack.jax import process_index_and_count
 from grainpack.pipeline.batches import FORMAT_VERSION, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
+from grainpack.pipeline.expand import expand_compact
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,10 @@ def _absl_flags_parsed() -> None:
 
 
 def batch_digest(batch: Mapping[str, np.ndarray]) -> int:
-    """63-bit digest of a batch's model arrays (provenance is not part of it)."""
+    """63-bit digest of a batch's model arrays (provenance is not part of it). A compact
+    batch is expanded first: digests, and so checkpoints, do not depend on the layout."""
+    if "tokens" in batch:
+        batch = expand_compact(batch)
     h = hashlib.blake2b(digest_size=8)
     for key in DIGEST_KEYS:
         h.update(key.encode())
@@ -134,12 +138,19 @@ class PipelineIterator(grain.DatasetIterator):
             self._inner = None
 
     def get_state(self) -> dict[str, int]:
-        last = self._last
-        if last is None and self._step > 0:
-            last = self._batches.batch(self._step - 1, self._options.process_index)
+        return self.state_after(self._step, self._last)
+
+    def state_after(
+        self, step: int, last: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, int]:
+        """The state :meth:`get_state` returns once batch ``step - 1`` was consumed; ``last``
+        is that batch (recomputed from the corpus when not given). Lets a wrapper that reads
+        ahead (:func:`grainpack.prefetch_to_device`) checkpoint the step its consumer is at."""
+        if last is None and step > 0:
+            last = self._batches.batch(step - 1, self._options.process_index)
         return {
             "version": FORMAT_VERSION,
-            "step": self._step,
+            "step": step,
             "process_index": self._options.process_index,
             "process_count": self._batches.process_count,
             "fingerprint": self._batches.fingerprint,
