@@ -11,7 +11,7 @@ import grainpack as gp
 from grainpack.index.layout import Part, pack_rows
 from grainpack.index.stream import row_spans, stream_plan
 from grainpack.pipeline.batches import PipelineBatches
-from grainpack.pipeline.expand import compact_rows, expand_compact, expand_rows, segment_starts
+from grainpack.pipeline.expand import compact_rows, describe_rows, expand_compact, expand_rows
 from grainpack.pipeline.gather import RowReader
 
 
@@ -157,14 +157,15 @@ def test_compact_batches_keep_provenance_per_segment(tmp_path):
     assert got["segment_document"].shape == (2, 13)
 
 
-def test_segment_starts_of_a_plan_equal_those_of_each_batch(tmp_path):
+def test_rows_described_once_per_plan_equal_those_of_each_batch(tmp_path):
     path = short_documents_corpus(tmp_path)
     config = gp.PipelineConfig(sources={"c": path}, block=30, global_batch_size=3, layout="compact")
     batches = PipelineBatches(config)
     plan = batches.packed_steps(5, 0, steps=7)
-    whole = segment_starts(plan, block=30)
-    assert whole.shape == (21, 4) and whole.dtype == np.uint8
+    rows = describe_rows(plan, block=30)
+    assert rows["segment_starts"].shape == (21, 4) and rows["segment_starts"].dtype == np.uint8
+    assert rows["filled"].shape == (21,) and rows["filled"].dtype == np.int32
     for step in range(7):
-        np.testing.assert_array_equal(
-            batches.batch(5 + step, 0)["segment_starts"], whole[3 * step : 3 * step + 3]
-        )
+        batch = batches.batch(5 + step, 0)
+        for key, value in rows.items():
+            np.testing.assert_array_equal(batch[key], value[3 * step : 3 * step + 3])

@@ -197,8 +197,8 @@ def _latency(config: PipelineConfig, batches: int) -> dict[str, float]:
         t0 = time.perf_counter()
         next(iterator)
         times[k] = time.perf_counter() - t0
-    median, p99 = np.percentile(times * 1e6, [50, 99])
-    return {"median_us": median, "p99_us": p99, "max_us": times.max() * 1e6, "batches": batches}
+    median, p99, top = (float(x) for x in np.percentile(times * 1e6, [50, 99, 100]))
+    return {"median_us": median, "p99_us": p99, "max_us": top, "batches": batches}
 
 
 def _bytes_per_token(config: PipelineConfig) -> float:
@@ -502,7 +502,12 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ),
     ]
     return [
-        {"target": name, "value": v, "bound": f"{op} {b}", "met": v >= b if op == ">=" else v <= b}
+        {
+            "target": name,
+            "value": float(v),
+            "bound": f"{op} {b}",
+            "met": bool(v >= b if op == ">=" else v <= b),
+        }
         for name, v, op, b in rows
     ]
 

@@ -243,6 +243,7 @@ class PipelineBatches:
             block=cfg.block,
             boundary=cfg.boundary_id is not None,
             provenance=cfg.provenance,
+            compact=cfg.layout == "compact",
         )
 
     def reader(self, packed: PackedRows) -> RowReader:

@@ -20,7 +20,7 @@ import numpy as np
 
 from grainpack.index.layout import PackedRows
 from grainpack.pipeline.batches import PipelineBatches
-from grainpack.pipeline.expand import compact_rows, expand_rows, segment_starts
+from grainpack.pipeline.expand import compact_rows, describe_rows, expand_rows
 from grainpack.pipeline.gather import RowReader
 
 EXPAND_BYTES = 1 << 17  # size of one int32 output array when batches are expanded together
@@ -63,8 +63,8 @@ class PlannedSteps:
 class ExpandedBatches:
     """Consumer side of :class:`PlannedSteps`: reads and expands :func:`group_rows` rows at
     once and yields one batch per ``next`` (in the compact layout, reads one batch at a
-    time and adds its rows' segment starts, computed once per plan). A batch's arrays are
-    row slices of the group's, never shared with another batch."""
+    time and adds its rows' description, computed once per plan). A batch's arrays are
+    row slices of the group's or the plan's, never shared with another batch."""
 
     def __init__(self, elements: Any, batches: PipelineBatches) -> None:
         self.elements, self.batches = elements, batches
@@ -73,7 +73,7 @@ class ExpandedBatches:
         self.group = self.rows if self.compact else group_rows(batches)
         self.plan: PackedRows | None = None
         self.reader: RowReader | None = None
-        self.starts: np.ndarray | None = None
+        self.described: dict[str, np.ndarray] | None = None
         self.next_row = 0
         self.pending: collections.deque[dict[str, np.ndarray]] = collections.deque()
 
@@ -86,12 +86,12 @@ class ExpandedBatches:
                 self.plan, self.next_row = element, 0
                 self.reader = self.batches.reader(element)
                 if self.compact:
-                    self.starts = segment_starts(element, block=self.batches.config.block)
+                    self.described = describe_rows(element, block=self.batches.config.block)
             first = self.next_row
             self.next_row = min(first + self.group, self.plan.num_rows)
             tokens = self.reader.read(first, self.next_row)
             if self.compact:
-                return compact_rows(self.plan, tokens, first=first, starts=self.starts)
+                return compact_rows(self.plan, tokens, first=first, rows=self.described)
             arrays = expand_rows(self.plan, tokens, first=first)
             if self.next_row - first == self.rows:
                 return arrays

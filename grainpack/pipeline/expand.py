@@ -36,9 +36,11 @@ import functools
 
 import numpy as np
 
-from grainpack.index.layout import PackedRows
+from grainpack.index.layout import PackedRows, segment_bits
 
-__all__ = ["compact_rows", "expand_compact", "expand_rows", "segment_starts"]
+__all__ = ["COMPACT_KEYS", "compact_rows", "describe_rows", "expand_compact", "expand_rows"]
+
+COMPACT_KEYS = ("tokens", "segment_starts", "filled")
 
 
 def expand_rows(packed: PackedRows, tokens: np.ndarray, *, first: int = 0) -> dict[str, np.ndarray]:
@@ -83,33 +85,37 @@ def expand_rows(packed: PackedRows, tokens: np.ndarray, *, first: int = 0) -> di
     return batch
 
 
-def segment_starts(packed: PackedRows, *, block: int) -> np.ndarray:
-    """The ``segment_starts`` bits (module docstring) of every row of ``packed``: uint8
-    ``(num_rows, ceil(block / 8))``, computed once per plan (vectorized over its pieces).
+def describe_rows(packed: PackedRows, *, block: int) -> dict[str, np.ndarray]:
+    """``segment_starts`` and ``filled`` (module docstring) of every row of ``packed``, once
+    per plan: a compact plan's bits, or bits computed from a full plan's layout.
 
     Example:
       >>> reads = dict.fromkeys(("read_source", "read_shard", "read_start", "read_stop"))
       >>> packed = PackedRows(filled=np.array([4, 1]), start=np.array([0, 2, 3, 4]),
       ...     count=np.array([2, 1, 1, 2]), segment=np.array([1, 2, 1, 0]),
       ...     row_piece=np.array([0, 2, 4]), padded=np.array([1]), read_marks=None, **reads)
-      >>> np.unpackbits(segment_starts(packed, block=3), axis=1, count=3).tolist()
-      [[1, 0, 1], [1, 0, 0]]
+      >>> rows = describe_rows(packed, block=3)
+      >>> np.unpackbits(rows["segment_starts"], axis=1, count=3).tolist(), rows["filled"]
+      ([[1, 0, 1], [1, 0, 0]], array([4, 1], dtype=int32))
     """
-    width = -(-block // 8)
-    bits = np.zeros(packed.num_rows * width, dtype=np.uint8)
-    # a segment that starts on a row's last token (its target only) has no input position
-    at = packed.start[(packed.segment > 0) & (packed.count > 0)]
-    row, offset = np.divmod(at, block)
-    np.bitwise_or.at(bits, row * width + (offset >> 3), _BITS[offset & 7])
-    return bits.reshape(packed.num_rows, width)
+    bits = packed.segment_starts
+    if bits is None:  # a plan of the full layout
+        # a segment that starts on a row's last token (its target only) has no input
+        row, offset = np.divmod(packed.start[(packed.segment > 0) & (packed.count > 0)], block)
+        bits = segment_bits(row, offset, num_rows=packed.num_rows, block=block)
+    return {"segment_starts": bits, "filled": packed.filled.astype(np.int32)}
 
 
 def compact_rows(
-    packed: PackedRows, tokens: np.ndarray, *, first: int = 0, starts: np.ndarray | None = None
+    packed: PackedRows,
+    tokens: np.ndarray,
+    *,
+    first: int = 0,
+    rows: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """The compact batch (module docstring) of rows ``[first, first + len(tokens))`` of
-    ``packed``, given their ``tokens`` (kept, not copied) and optionally the plan's
-    :func:`segment_starts` (computed here otherwise).
+    ``packed``, given their ``tokens`` (kept, not copied) and the plan's
+    :func:`describe_rows` (computed here when not given; the batch holds row slices of it).
 
     Example:
       >>> tokens = np.array([[5, 6, 7, 8], [9, 0, 0, 0]], dtype=np.uint16)
@@ -121,14 +127,12 @@ def compact_rows(
       >>> batch["segment_starts"].tolist(), batch["filled"].tolist()
       ([[160], [128]], [4, 1])
     """
-    n, block = tokens.shape[0], tokens.shape[1] - 1
-    if starts is None:
-        starts = segment_starts(packed, block=block)
-    batch = {
-        "tokens": tokens,
-        "segment_starts": starts[first : first + n].copy(),  # a batch holds no plan memory
-        "filled": packed.filled[first : first + n].astype(np.int32),
-    }
+    n = len(tokens)
+    if rows is None:
+        rows = describe_rows(packed, block=tokens.shape[1] - 1)
+    batch = {"tokens": tokens}
+    for key, value in rows.items():
+        batch[key] = value[first : first + n]
     if packed.provenance is not None:
         batch.update(packed.provenance.rows(first, first + n))
     return batch
@@ -161,10 +165,6 @@ def expand_compact(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "loss_mask": (i + 1 < filled).astype(np.int32),
         **rest,
     }
-
-
-COMPACT_KEYS = ("tokens", "segment_starts", "filled")
-_BITS = np.array([128, 64, 32, 16, 8, 4, 2, 1], dtype=np.uint8)  # np.packbits order
 
 
 @functools.lru_cache(maxsize=8)

@@ -117,7 +117,7 @@ class RowReader:
 
     def read(self, first: int, stop: int) -> np.ndarray:
         """The tokens ``(stop - first, block + 1)`` of rows ``[first, stop)`` (a new array)."""
-        p0, p1 = self.row_pieces[first], self.row_pieces[stop]
+        p0, p1 = self.row_pieces.item(first), self.row_pieces.item(stop)
         ranges = map(slice, self.start[p0:p1].tolist(), self.stop[p0:p1].tolist())
         buffers = map(self.buffers.__getitem__, self.index[p0:p1].tolist())
         views = map(operator.getitem, buffers, ranges)
@@ -128,7 +128,7 @@ class RowReader:
             for _ in range(p0, p1, JOIN_PIECES):
                 data += bytearray().join(itertools.islice(views, JOIN_PIECES))
         tokens = np.frombuffer(data, self.dtype)
-        m0, m1 = self.row_marks[first], self.row_marks[stop]
+        m0, m1 = self.row_marks.item(first), self.row_marks.item(stop)
         if m1 > m0:
             tokens[self.marks[m0:m1] - first * self.width] = self.boundary_id
         return tokens.reshape(stop - first, self.width)
