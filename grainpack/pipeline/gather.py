@@ -107,8 +107,8 @@ class RowReader:
         # Tables stay numpy arrays, and views and slices are made per read (a few dozen):
         # Python objects per piece (millions with short documents) make every run of the
         # cyclic GC traverse them, which stalled next() for tens of milliseconds.
-        self.buffers, self.index = buffers, index
-        self.start, self.stop = start, stop
+        self.buffers = buffers
+        self.table = np.stack([index, start, stop])  # one slice and tolist per read
         rows = np.arange(packed.num_rows + 1) * self.width
         ends = np.cumsum(stop - start)  # token position after each piece
         self.row_pieces = np.searchsorted(ends, rows, side="right")
@@ -118,9 +118,8 @@ class RowReader:
     def read(self, first: int, stop: int) -> np.ndarray:
         """The tokens ``(stop - first, block + 1)`` of rows ``[first, stop)`` (a new array)."""
         p0, p1 = self.row_pieces.item(first), self.row_pieces.item(stop)
-        ranges = map(slice, self.start[p0:p1].tolist(), self.stop[p0:p1].tolist())
-        buffers = map(self.buffers.__getitem__, self.index[p0:p1].tolist())
-        views = map(operator.getitem, buffers, ranges)
+        shards, lo, hi = self.table[:, p0:p1].tolist()
+        views = map(operator.getitem, map(self.buffers.__getitem__, shards), map(slice, lo, hi))
         if p1 - p0 <= JOIN_PIECES:
             data = bytearray().join(views)
         else:  # short documents: few live views at a time (see JOIN_PIECES)
