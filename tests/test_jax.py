@@ -234,6 +234,7 @@ def test_expand_refuses_a_full_batch():
         gp.expand({"inputs": np.zeros((2, 4), np.int32)})
 
 
+@pytest.mark.slow
 def test_expand_on_the_cpu_devices_of_one_process(tmp_path):
     compact, full = compact_and_full(tmp_path)
     config = tmp_path / "config.json"
