@@ -215,7 +215,8 @@ def make_dataset(
 
     Batch ``t`` holds slots ``t*B + p + k*P`` of global batch ``t`` (round-robin), as a dict
     of numpy arrays ``inputs``, ``targets``, ``segment_ids``, ``positions`` and
-    ``loss_mask`` (int32, shape ``(B // P, block)``).
+    ``loss_mask`` (int32, shape ``(B // P, block)``), or with ``layout="compact"``
+    ``tokens``, ``segment_starts`` and ``filled`` (expanded by :func:`grainpack.expand`).
 
     Args:
       config: the pipeline.
