@@ -11,12 +11,13 @@ Every batch is a pure function of (config, global step): the iterator state is t
 restores are exact and elastic, and the batches do not depend on process or worker counts.
 
 This front door holds what a training loop needs and the reference APIs of the two
-specifications grainpack was built from. Everything that imports Grain, JAX or Orbax
-(``make_dataset``, ``make_global_batch``, ``CheckpointSave``, ...) is loaded on first use,
-so ``import grainpack`` (and a Grain worker unpickling a grainpack element) imports none of
-them. The layers live in subpackages: ``grainpack.index`` (pure index math),
-``grainpack.corpus`` (on-disk formats), ``grainpack.curriculum``, ``grainpack.reference``,
-``grainpack.pipeline`` (the Grain pipeline), ``grainpack.jax`` and ``grainpack.orbax``.
+specifications grainpack was built from. Every name is loaded on first use, so
+``import grainpack`` (the ``grainpack`` command, a Grain worker unpickling a grainpack
+element) imports neither Grain, JAX nor Orbax until ``make_dataset``, ``make_global_batch``
+or a checkpoint argument is used. The layers live in subpackages: ``grainpack.index``
+(pure index math), ``grainpack.corpus`` (on-disk formats), ``grainpack.curriculum``,
+``grainpack.reference``, ``grainpack.pipeline`` (the Grain pipeline), ``grainpack.jax`` and
+``grainpack.orbax``.
 """
 
 from __future__ import annotations
@@ -24,67 +25,116 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from grainpack.corpus.convert import convert_corpus, convert_jsonl, convert_npy
-from grainpack.corpus.errors import CorpusError, CorpusExistsError, CorpusNotFoundError
-from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.native import read_manifest
-from grainpack.corpus.source import TokenShardSource
-from grainpack.corpus.verify import VerifyReport, describe_corpus, verify_corpus
-from grainpack.corpus.writer import CorpusWriter, write_corpus
-from grainpack.curriculum.bandit import LengthBandit
-from grainpack.curriculum.online import UndecidedEpochError
-from grainpack.curriculum.protocols import RateSchedule, Selector
-from grainpack.curriculum.selectors import BucketReport, Chain, LengthBuckets, LinearRamp, PerSource
-from grainpack.index.hashing import splitmix64
-from grainpack.index.orders import (
-    SequenceSelector,
-    global_document_order,
-    shard_documents_for_rank,
-    window_permutation,
-)
-from grainpack.index.slots import slot_order
-from grainpack.index.weights import content_probabilities, token_premiums
-from grainpack.pipeline.accounting import (
-    MixtureMonitor,
-    MixtureWarning,
-    RepeatCapExceeded,
-    SourceAccount,
-    mixture_accounting,
-    window_shares,
-)
-from grainpack.pipeline.config import PipelineConfig
-from grainpack.reference.packing import PackedCorpus, pack_documents
-from grainpack.reference.streaming import StreamingCorpus
-from grainpack.reference.windows import MixedStream, PackedStream
-
 if TYPE_CHECKING:
+    from grainpack.corpus.convert import convert_corpus, convert_jsonl, convert_npy
+    from grainpack.corpus.errors import CorpusError, CorpusExistsError, CorpusNotFoundError
+    from grainpack.corpus.formats import open_corpus
+    from grainpack.corpus.native import read_manifest
+    from grainpack.corpus.source import TokenShardSource
+    from grainpack.corpus.verify import VerifyReport, describe_corpus, verify_corpus
+    from grainpack.corpus.writer import CorpusWriter, write_corpus
+    from grainpack.curriculum.bandit import LengthBandit
+    from grainpack.curriculum.online import UndecidedEpochError
+    from grainpack.curriculum.protocols import RateSchedule, Selector
+    from grainpack.curriculum.selectors import (
+        BucketReport,
+        Chain,
+        LengthBuckets,
+        LinearRamp,
+        PerSource,
+    )
+    from grainpack.index.hashing import splitmix64
+    from grainpack.index.orders import (
+        SequenceSelector,
+        global_document_order,
+        shard_documents_for_rank,
+        window_permutation,
+    )
+    from grainpack.index.slots import slot_order
+    from grainpack.index.weights import content_probabilities, token_premiums
     from grainpack.jax import expand, make_global_batch, prefetch_to_device
     from grainpack.orbax import CheckpointRestore, CheckpointSave
+    from grainpack.pipeline.accounting import (
+        MixtureMonitor,
+        MixtureWarning,
+        RepeatCapExceeded,
+        SourceAccount,
+        mixture_accounting,
+        window_shares,
+    )
+    from grainpack.pipeline.config import PipelineConfig
     from grainpack.pipeline.dataset import (
         PipelineIterator,
         make_data_loader,
         make_dataset,
         make_eval_dataset,
     )
+    from grainpack.reference.packing import PackedCorpus, pack_documents
+    from grainpack.reference.streaming import StreamingCorpus
+    from grainpack.reference.windows import MixedStream, PackedStream
 
 __version__ = "0.1.0"
 
-# Names whose modules import Grain, JAX or Orbax: loaded on first attribute access.
-_LAZY = {
+# Every public name, loaded on first use: `import grainpack` costs (almost) nothing, and
+# nothing imports Grain, JAX or Orbax until a name that needs them is used.
+_PUBLIC = {
+    "convert_corpus": "grainpack.corpus.convert",
+    "convert_jsonl": "grainpack.corpus.convert",
+    "convert_npy": "grainpack.corpus.convert",
+    "CorpusError": "grainpack.corpus.errors",
+    "CorpusExistsError": "grainpack.corpus.errors",
+    "CorpusNotFoundError": "grainpack.corpus.errors",
+    "open_corpus": "grainpack.corpus.formats",
+    "read_manifest": "grainpack.corpus.native",
+    "TokenShardSource": "grainpack.corpus.source",
+    "VerifyReport": "grainpack.corpus.verify",
+    "describe_corpus": "grainpack.corpus.verify",
+    "verify_corpus": "grainpack.corpus.verify",
+    "CorpusWriter": "grainpack.corpus.writer",
+    "write_corpus": "grainpack.corpus.writer",
+    "LengthBandit": "grainpack.curriculum.bandit",
+    "UndecidedEpochError": "grainpack.curriculum.online",
+    "RateSchedule": "grainpack.curriculum.protocols",
+    "Selector": "grainpack.curriculum.protocols",
+    "BucketReport": "grainpack.curriculum.selectors",
+    "Chain": "grainpack.curriculum.selectors",
+    "LengthBuckets": "grainpack.curriculum.selectors",
+    "LinearRamp": "grainpack.curriculum.selectors",
+    "PerSource": "grainpack.curriculum.selectors",
+    "splitmix64": "grainpack.index.hashing",
+    "SequenceSelector": "grainpack.index.orders",
+    "global_document_order": "grainpack.index.orders",
+    "shard_documents_for_rank": "grainpack.index.orders",
+    "window_permutation": "grainpack.index.orders",
+    "slot_order": "grainpack.index.slots",
+    "content_probabilities": "grainpack.index.weights",
+    "token_premiums": "grainpack.index.weights",
+    "expand": "grainpack.jax",
+    "make_global_batch": "grainpack.jax",
+    "prefetch_to_device": "grainpack.jax",
+    "CheckpointRestore": "grainpack.orbax",
+    "CheckpointSave": "grainpack.orbax",
+    "MixtureMonitor": "grainpack.pipeline.accounting",
+    "MixtureWarning": "grainpack.pipeline.accounting",
+    "RepeatCapExceeded": "grainpack.pipeline.accounting",
+    "SourceAccount": "grainpack.pipeline.accounting",
+    "mixture_accounting": "grainpack.pipeline.accounting",
+    "window_shares": "grainpack.pipeline.accounting",
+    "PipelineConfig": "grainpack.pipeline.config",
     "PipelineIterator": "grainpack.pipeline.dataset",
     "make_data_loader": "grainpack.pipeline.dataset",
     "make_dataset": "grainpack.pipeline.dataset",
     "make_eval_dataset": "grainpack.pipeline.dataset",
-    "make_global_batch": "grainpack.jax",
-    "expand": "grainpack.jax",
-    "prefetch_to_device": "grainpack.jax",
-    "CheckpointRestore": "grainpack.orbax",
-    "CheckpointSave": "grainpack.orbax",
+    "PackedCorpus": "grainpack.reference.packing",
+    "pack_documents": "grainpack.reference.packing",
+    "StreamingCorpus": "grainpack.reference.streaming",
+    "MixedStream": "grainpack.reference.windows",
+    "PackedStream": "grainpack.reference.windows",
 }
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'grainpack' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
@@ -93,7 +143,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_PUBLIC))
 
 
 __all__ = [

@@ -25,7 +25,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
-from absl import flags
 from jax.sharding import Mesh
 
 import grainpack as gp
@@ -67,7 +66,6 @@ def describe(batch: dict[str, Any], global_batch: dict[str, jax.Array]) -> dict[
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    flags.FLAGS.mark_as_parsed()  # grain 0.2.18 reads absl flags (google/grain#1355)
     args = parse_args(argv)
     jax.distributed.initialize(
         coordinator_address=f"127.0.0.1:{args.port}",

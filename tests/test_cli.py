@@ -111,13 +111,56 @@ def test_show_step_lists_rows_and_mixture(corpus, tmp_path, capsys):
     assert [r["slot"] for r in shown["rows"]] == [8, 9, 10, 11]
     assert [r["source"] for r in shown["rows"]] == [["a", "b"][j] for j in batch["source"]]
     assert shown["mixture"]["a"]["rows"] == gp.mixture_accounting(cfg, 2)["a"].rows
+    first = shown["rows"][0]
+    want = [
+        {"document": int(d), "offset": int(o)}
+        for d, o in zip(batch["segment_document"][0], batch["segment_offset"][0])
+        if d >= 0
+    ]
+    assert first["segments"] == want and want  # structured, not a preformatted string
     assert main(args) == 0
     assert "mixture before step 2" in capsys.readouterr().out
+    args[1] = "0"  # nothing consumed yet: no real share to report
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mixture"]["a"]["real_share"] is None
+
+
+def test_show_step_errors_speak_in_flags(corpus, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["show-step", "-1", "--block", "8"])
+    assert (
+        exit_.value.code == 2 and "argument step: must be >= 0, got -1" in capsys.readouterr().err
+    )
+    assert main(["show-step", "0", "--source", f"a={corpus}", "--block", "8"]) == 1
+    assert "show-step needs --batch-size" in capsys.readouterr().err
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"sources": {"a": str(corpus)}, "blocks": 8}))
+    assert main(["show-step", "0", "--config", str(config)]) == 1
+    assert "unknown: ['blocks']" in capsys.readouterr().err
+
+
+def test_every_option_of_every_command_has_help():
+    from grainpack.cli.main import _parser
+
+    parser = _parser()
+    commands = parser._subparsers._group_actions[0].choices  # argparse keeps them here
+    for name, command in commands.items():
+        for action in command._actions:
+            assert action.help, f"grainpack {name} {action.option_strings or action.dest}"
+
+
+def test_version():
+    out = subprocess.run(
+        [sys.executable, "-m", "grainpack", "--version"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.strip() == f"grainpack {gp.__version__}"
 
 
 def test_show_step_needs_a_config(capsys):
     assert main(["show-step", "1"]) == 1
     assert "--config FILE" in capsys.readouterr().err
+    assert main(["show-step", "1", "--block", "8"]) == 1
+    assert "show-step needs --source, --batch-size" in capsys.readouterr().err
 
 
 def test_console_script_help_and_usage_errors():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 import time
 
 import grain
@@ -328,6 +330,60 @@ def test_make_dataset_evaluation_mode_is_the_eval_pass(two_sources):
         np.testing.assert_array_equal(a["inputs"], b["inputs"])
     with pytest.raises(ValueError, match="name the one to evaluate"):
         gp.make_dataset(cfg, process_index=0, process_count=1, evaluation=True)
+
+
+WORKER_SCRIPT = """
+import sys
+import grainpack as gp
+
+def main():
+    cfg = gp.PipelineConfig(sources={"en": sys.argv[1]}, block=8, global_batch_size=4)
+    {body}
+
+{entry}
+"""
+
+
+def run_script(tmp_path, body, guarded=True):
+    entry = 'if __name__ == "__main__":\n    main()' if guarded else "main()"
+    gp.write_corpus(tmp_path / "c", [np.arange(1, 200)] * 50)
+    script = tmp_path / "script.py"
+    script.write_text(WORKER_SCRIPT.replace("{body}", body).replace("{entry}", entry))
+    return subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "c")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+def test_workers_never_closed_exit_quietly(tmp_path):
+    out = run_script(
+        tmp_path,
+        "it = iter(gp.make_dataset(cfg, worker_count=2))\n"
+        "    print([int(next(it)['inputs'][0, 0]) for _ in range(3)])",
+    )
+    assert (out.returncode, out.stderr) == (0, "")
+    assert out.stdout.strip() == "[1, 37, 73]"
+
+
+@pytest.mark.slow
+def test_iterator_is_a_context_manager_that_stops_its_workers(tmp_path):
+    out = run_script(
+        tmp_path,
+        "with iter(gp.make_dataset(cfg, worker_count=2)) as it:\n"
+        "        next(it)\n"
+        "    print(it._inner is None)",
+    )
+    assert (out.returncode, out.stderr, out.stdout.strip()) == (0, "", "True")
+
+
+@pytest.mark.slow
+def test_workers_without_a_main_guard_say_so(tmp_path):
+    out = run_script(tmp_path, "next(iter(gp.make_dataset(cfg, worker_count=1)))", guarded=False)
+    assert out.returncode != 0
+    assert 'under `if __name__ == "__main__":`' in out.stderr
 
 
 @pytest.mark.slow

@@ -33,3 +33,14 @@ def test_demo_corpus_is_written_once_and_verifies(tmp_path):
     for path in paths.values():
         report = gp.verify_corpus(path)
         assert report.vocab_size == demo.VOCAB_SIZE and report.max_token_id < 256
+
+
+def test_run_demo_explains_itself_and_refuses_bad_steps(tmp_path, capsys):
+    with pytest.raises(ValueError, match="steps must be >= 1, got steps=0"):
+        demo.run_demo(directory=tmp_path, steps=0)
+    assert capsys.readouterr().out == ""  # nothing printed before the error
+    result = demo.run_demo(directory=tmp_path, steps=1, block=64, batch_size=4)
+    out = capsys.readouterr().out
+    assert result["tokens_per_second"] > 0
+    assert "1.71x the tokens" in out and "target: share of rows" in out
+    assert "(en) holds" in out and out.rstrip().endswith("resumes it")

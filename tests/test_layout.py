@@ -160,3 +160,17 @@ def test_row_reader_converts_shards_stored_in_another_byte_order():
     out = assemble_rows([part], num_rows=2, block=2, pad_id=0, boundary_id=7)
     assert out["inputs"].tolist() == [[1, 2], [7, 40_000]]
     assert out["targets"].tolist() == [[2, 300], [40_000, 5]]
+
+
+def test_provenance_of_a_segment_that_is_only_the_last_target():
+    # stream 10 B 20 21 22 (B = 7), rows of 3: [10 B 20] [21 22 pad]; row 0's last input is
+    # the boundary, so its last token (a target only) starts document 1.
+    docs = [np.array([10]), np.array([20, 21, 22])]
+    plan = stream_plan(np.array([1, 3]), None, boundary=True)
+    part = Part(0, 0, ListReader(docs), row_spans(plan, np.array([0, 1]), block=2), np.arange(2))
+    out = assemble_rows([part], num_rows=2, block=2, pad_id=0, boundary_id=7, provenance=True)
+    assert out["inputs"].tolist() == [[10, 7], [21, 22]]
+    assert out["targets"].tolist() == [[7, 20], [22, 0]]
+    assert out["segment_ids"].tolist() == [[1, 1], [1, 1]]  # segment 2 of row 0: no input
+    assert out["segment_document"].tolist() == [[0, 1, -1], [1, -1, -1]]
+    assert out["segment_offset"].tolist() == [[0, 0, -1], [1, -1, -1]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,9 +16,11 @@ def python_blocks() -> list[str]:
 
 def test_usage_and_curriculum_snippets_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     namespace: dict = {}
     exec(python_blocks()[0], namespace)
     assert namespace["batch"]["inputs"].shape == (256, 2048)
+    assert list(tmp_path.iterdir()) != [] and not (tmp_path / "corpus").exists()
     assert namespace["state"]["step"] == 1
     exec(python_blocks()[1], namespace)  # the curriculum block, on the usage block's corpus
     gp = namespace["gp"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,13 +31,24 @@ EPILOG = {
 }
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Examples kept as written; every option with a default says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default not in (None, False, [], argparse.SUPPRESS) and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grainpack",
         description="Deterministic, resumable, packed and mixed LM batches from token shards.",
     )
+    parser.add_argument("--version", action="version", version=f"grainpack {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    fmt = argparse.RawDescriptionHelpFormatter
+    fmt = _Formatter
 
     def command(name: str, text: str) -> argparse.ArgumentParser:
         return sub.add_parser(
@@ -56,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="token dtype (default uint16; for corpora: the input's)",
     )
-    p.add_argument("--vocab-size", type=int, default=None)
+    p.add_argument(
+        "--vocab-size", type=int, default=None, help="tokenizer vocabulary; ids must be below it"
+    )
     p.add_argument(
         "--eos-id",
         type=int,
@@ -64,43 +78,78 @@ def _parser() -> argparse.ArgumentParser:
         help="seed layout: split documents after this token; recorded in the manifest",
     )
     p.add_argument("--field", default="input_ids", help="JSON-lines field with the token ids")
-    p.add_argument("--shard-tokens", type=int, default=1 << 28)
+    p.add_argument(
+        "--shard-tokens", type=int, default=1 << 28, help="tokens per shard file at most"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing corpus")
 
+    corpus_path = (
+        "a corpus: a native corpus directory, a flat-shard directory with index.json, or a "
+        "Megatron PREFIX (PREFIX.bin + PREFIX.idx)"
+    )
+    eos_help = "flat-shard layout: a document ends after each of these tokens"
     p = command("inspect", "documents, tokens, dtype, length percentiles, max token id")
-    p.add_argument("path")
-    p.add_argument("--eos-id", type=int, default=None)
+    p.add_argument("path", help=corpus_path)
+    p.add_argument("--eos-id", type=_non_negative, default=None, help=eos_help)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     p = command("verify", "check checksums, offsets, file sizes and ids (exit 1 on failure)")
-    p.add_argument("path")
-    p.add_argument("--eos-id", type=int, default=None)
+    p.add_argument("path", help=corpus_path)
+    p.add_argument("--eos-id", type=_non_negative, default=None, help=eos_help)
 
     p = command("show-step", "what global step k contained, and the mixture up to it")
-    p.add_argument("step", type=int)
-    p.add_argument("--config", help="JSON file with PipelineConfig fields")
-    p.add_argument("--source", action="append", default=[], metavar="NAME=PATH")
-    p.add_argument("--weight", action="append", default=[], metavar="NAME=P")
-    p.add_argument("--block", type=int)
-    p.add_argument("--batch-size", type=int, dest="global_batch_size")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--unit", choices=["documents", "windows"])
-    p.add_argument("--boundary-id", type=int)
-    p.add_argument("--pad-id", type=int)
-    p.add_argument("--processes", type=int, default=1, help="show which process holds a row")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("step", type=_non_negative, help="global step (batch index), from 0")
+    p.add_argument("--config", help="JSON file of PipelineConfig fields (flags override it)")
+    p.add_argument(
+        "--source", action="append", default=[], metavar="NAME=PATH", help="a source; repeat"
+    )
+    p.add_argument(
+        "--weight",
+        action="append",
+        default=[],
+        metavar="NAME=P",
+        help="a source's mixture weight; repeat (default: equal weights)",
+    )
+    p.add_argument("--block", type=_positive, help="model sequence length (rows: block + 1)")
+    p.add_argument(
+        "--batch-size",
+        type=_positive,
+        dest="global_batch_size",
+        metavar="B",
+        help="rows per global batch",
+    )
+    p.add_argument("--seed", type=_non_negative, help="the pipeline seed (default 0)")
+    p.add_argument("--unit", choices=["documents", "windows"], help="row unit (default documents)")
+    p.add_argument("--boundary-id", type=_non_negative, help="token between documents")
+    p.add_argument("--pad-id", type=_non_negative, help="padding token (default 0)")
+    p.add_argument(
+        "--processes", type=_positive, default=1, help="show which process holds each row"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     p = command("bench", "measure throughput and index costs against baselines")
-    p.add_argument("--tokens", type=int, default=200_000_000, help="corpus size")
-    p.add_argument("--directory", help="where to write the corpus (default: cache folder)")
-    p.add_argument("--passes", type=int, default=5)
+    p.add_argument("--tokens", type=_positive, default=200_000_000, help="corpus size in tokens")
+    p.add_argument(
+        "--directory",
+        help="where to write the benchmark corpus, kept for the next run "
+        "(default: $GRAINPACK_CACHE or ~/.cache/grainpack/bench; 2 bytes a token)",
+    )
+    p.add_argument("--passes", type=_positive, default=5, help="timed passes per figure")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     p.add_argument("--json", help="also write the results to this JSON file")
 
     p = command("demo", "write the embedded two-language corpus and stream batches from it")
-    p.add_argument("--steps", type=int, default=2000)
-    p.add_argument("--directory", help="where to write the demo corpus (default: cache)")
+    p.add_argument("--steps", type=_positive, default=2000, help="batches to stream")
+    p.add_argument(
+        "--directory", help="where to write the demo corpus (default: $GRAINPACK_CACHE/demo)"
+    )
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("grainpack")
 
 
 def _pairs(items: Sequence[str], what: str, cast: Any = str) -> dict[str, Any]:
@@ -113,12 +162,34 @@ def _pairs(items: Sequence[str], what: str, cast: Any = str) -> dict[str, Any]:
     return out
 
 
+# show-step flags and the PipelineConfig fields they set
+CONFIG_FLAGS = {
+    "sources": "--source",
+    "weights": "--weight",
+    "block": "--block",
+    "global_batch_size": "--batch-size",
+    "seed": "--seed",
+    "unit": "--unit",
+    "boundary_id": "--boundary-id",
+    "pad_id": "--pad-id",
+}
+
+
 def _config(args: argparse.Namespace) -> Any:
+    import dataclasses
+
     from grainpack.pipeline.config import PipelineConfig
 
     fields: dict[str, Any] = {}
     if args.config:
         fields = json.loads(Path(args.config).read_text())
+        known = {f.name for f in dataclasses.fields(PipelineConfig)} - {"provenance"}
+        unknown = sorted(set(fields) - known) if isinstance(fields, dict) else None
+        if unknown is None or unknown:
+            raise ValueError(
+                f"--config {args.config}: expected a JSON object of PipelineConfig fields "
+                f"({', '.join(sorted(known))}); unknown: {unknown or type(fields).__name__}"
+            )
     if args.source:
         fields["sources"] = _pairs(args.source, "--source")
     if args.weight:
@@ -126,10 +197,28 @@ def _config(args: argparse.Namespace) -> Any:
     for key in ("block", "global_batch_size", "seed", "unit", "boundary_id", "pad_id"):
         if getattr(args, key) is not None:
             fields[key] = getattr(args, key)
-    missing = [k for k in ("sources", "block", "global_batch_size") if k not in fields]
+    missing = [
+        CONFIG_FLAGS[k] for k in ("sources", "block", "global_batch_size") if k not in fields
+    ]
     if missing:
-        raise ValueError(f"show-step needs {missing}: give --config FILE or the flags")
+        raise ValueError(
+            f"show-step needs {', '.join(missing)} (or a --config FILE that sets them)"
+        )
     return PipelineConfig(**fields, provenance=True)
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
@@ -210,7 +299,7 @@ def _show_step(args: argparse.Namespace) -> None:
     for r in range(len(batch["inputs"])):
         docs = batch["segment_document"][r]
         offs = batch["segment_offset"][r]
-        segments = ", ".join(f"doc {d}@{o}" for d, o in zip(docs, offs) if d >= 0)
+        segments = [(int(d), int(o)) for d, o in zip(docs, offs) if d >= 0]
         rows.append(
             (
                 args.step * config.global_batch_size + r,
@@ -227,22 +316,24 @@ def _show_step(args: argparse.Namespace) -> None:
             json.dumps(
                 {
                     "rows": [
-                        dict(
-                            zip(
-                                ("slot", "process", "source", "epoch", "real_targets", "segments"),
-                                r,
-                            )
-                        )
+                        {
+                            **dict(zip(("slot", "process", "source", "epoch", "real_targets"), r)),
+                            "segments": [{"document": d, "offset": o} for d, o in r[5]],
+                        }
                         for r in rows
                     ],
-                    "mixture": {k: {**vars(a), "epochs": a.epochs} for k, a in accounts.items()},
+                    "mixture": {
+                        k: {**vars(a), "epochs": a.epochs, "real_share": _number(a.real_share)}
+                        for k, a in accounts.items()
+                    },
                 },
                 indent=2,
             )
         )
         return
     print(f"global step {args.step}: {len(rows)} rows of {config.block + 1} tokens")
-    print(_table(rows, ("slot", "process", "source", "epoch", "real", "segments (doc@offset)")))
+    shown = [(*r[:5], ", ".join(f"doc {d}@{o}" for d, o in r[5])) for r in rows]
+    print(_table(shown, ("slot", "process", "source", "epoch", "real", "segments (doc@offset)")))
     print(f"\nmixture before step {args.step}:")
     print(
         _table(
@@ -253,7 +344,7 @@ def _show_step(args: argparse.Namespace) -> None:
                     f"{a.realized_share:.4f}",
                     f"{a.rows:,}",
                     f"{a.real_tokens:,}",
-                    f"{a.real_share:.4f}",
+                    "-" if math.isnan(a.real_share) else f"{a.real_share:.4f}",
                     f"{a.epochs:.4f}",
                     a.repeats,
                 )
@@ -271,6 +362,11 @@ def _show_step(args: argparse.Namespace) -> None:
             ),
         )
     )
+
+
+def _number(x: float) -> float | None:
+    """JSON has no NaN: ``None`` stands for an undefined figure."""
+    return None if math.isnan(x) else x
 
 
 def _bench(args: argparse.Namespace) -> None:

@@ -62,10 +62,12 @@ class Provenance:
     """Where every row and segment of a :class:`PackedRows` comes from.
 
     Per row: ``source`` (int32) and ``epoch`` (int64), -1 for padding rows. Per segment
-    ``k`` (segment id ``k + 1``): ``segment_document`` and ``segment_offset`` (int64, the
-    document id and the offset of the segment's first token in it; -1 where a row has fewer
-    segments). The segment tables are ``block + 1`` wide (the most segments a row can hold),
-    so every batch has the same shapes.
+    ``k`` of the row's ``block + 1`` tokens (segment id ``k + 1``): ``segment_document`` and
+    ``segment_offset`` (int64, the document id and the offset of the segment's first token
+    in it; -1 past the row's last segment). A segment made of the row's last token only (a
+    target, after a boundary token) has an entry but no position in the inputs' segment ids.
+    The segment tables are ``block + 1`` wide (the most segments a row can hold), so every
+    batch has the same shapes.
     """
 
     source: np.ndarray

@@ -9,6 +9,7 @@ resume and identical on every process, without any state of their own.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 
 import numpy as np
@@ -58,8 +59,8 @@ class SourceAccount:
 
     @property
     def real_share(self) -> float:
-        """Non-padding fraction of the tokens it contributed."""
-        return self.real_tokens / self.tokens if self.tokens else 1.0
+        """Non-padding fraction of the tokens it contributed (NaN before its first row)."""
+        return self.real_tokens / self.tokens if self.tokens else math.nan
 
 
 def _batches(config: PipelineConfig | PipelineBatches) -> PipelineBatches:

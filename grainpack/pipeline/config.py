@@ -42,9 +42,11 @@ class PipelineConfig:
         ``repr`` (it is part of the config fingerprint). A selector with a
         ``bind(name, source)`` method is bound to each source before use (the ready-made
         ones in :mod:`grainpack.curriculum` read document lengths that way).
-      provenance: also emit, per row, ``source`` and ``epoch``, and per segment (index
-        ``segment_id - 1``) ``segment_document`` and ``segment_offset`` (the document id and
-        the offset of the segment's first token in it; -1 where a row has fewer segments).
+      provenance: also emit, per row, ``source`` and ``epoch``, and per segment of the row's
+        ``block + 1`` tokens (index ``segment_id - 1``) ``segment_document`` and
+        ``segment_offset`` (the document id and the offset of the segment's first token in
+        it; -1 past the row's last segment). A segment made of the row's last token only (a
+        target, after a boundary token) has an entry but no position in ``segment_ids``.
         Does not change any token (not part of the fingerprint).
       layout: ``"full"``: batches hold the five int32 model arrays. ``"compact"``: batches
         hold the rows in the corpus dtype plus a few bytes per row (``tokens``,

@@ -8,9 +8,12 @@ and on any process count (the global batches do not depend on either).
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import logging
+import multiprocessing
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +42,11 @@ def _absl_flags_parsed() -> None:
     are unparsed (google/grain#1355); programs under ``absl.app.run`` have parsed them."""
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
+
+
+def _importing_main_in_a_child() -> bool:
+    """Whether this is a spawned child still running the parent's main script."""
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
 def batch_digest(batch: Mapping[str, np.ndarray]) -> int:
@@ -76,6 +84,17 @@ class PipelineDataset(grain.IterDataset):
         return f"PipelineDataset({self.batches!r}, process_index={self.options.process_index})"
 
 
+# Iterators with live worker processes: closed at exit, before the interpreter tears down
+# the modules Grain's own finalizers need (they print tracebacks otherwise).
+_WITH_WORKERS: weakref.WeakSet[PipelineIterator] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_workers() -> None:
+    for iterator in list(_WITH_WORKERS):
+        iterator.close()
+
+
 class PipelineIterator(grain.DatasetIterator):
     """Iterator whose state is ``{"step": t, ...}`` (JSON of plain ints).
 
@@ -92,6 +111,7 @@ class PipelineIterator(grain.DatasetIterator):
         self._step = 0
         self._inner: Any = None
         self._last: dict[str, np.ndarray] | None = None
+        self._registry = _WITH_WORKERS  # outlives the module global at interpreter exit
 
     @property
     def step(self) -> int:
@@ -121,6 +141,8 @@ class PipelineIterator(grain.DatasetIterator):
                     )
                 )
             self._inner = ExpandedBatches(iter(ds), self._batches)
+            if workers:
+                self._registry.add(self)
         return self._inner
 
     def __next__(self) -> dict[str, np.ndarray]:
@@ -133,11 +155,27 @@ class PipelineIterator(grain.DatasetIterator):
         self._open().start_prefetch()
 
     def close(self) -> None:
+        """Stops the worker processes, if any (the next batch starts them again at the same
+        step). Called at interpreter exit for iterators still open."""
+        self._registry.discard(self)
         if self._inner is not None:
             self._inner.close()
             self._inner = None
 
+    def __enter__(self) -> PipelineIterator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def get_state(self) -> dict[str, int]:
+        """The data state: the global step of the next batch, plus identity checks.
+
+        Unlike most Grain states it restores on any process count and any worker count
+        (the global batches do not depend on either), and it is JSON of plain ints:
+        ``version``, ``step``, ``process_index``, ``process_count``, ``fingerprint`` (of
+        the config and corpora) and ``digest`` (of the last batch, checked on restore).
+        """
         return self.state_after(self._step, self._last)
 
     def state_after(
@@ -158,6 +196,14 @@ class PipelineIterator(grain.DatasetIterator):
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Continues at ``state["step"]``, as saved by :meth:`get_state` on any number of
+        processes and workers.
+
+        Raises:
+          ValueError: the state is malformed, from another grainpack format version, from
+            another config or corpus (unless ``ignore_fingerprint_mismatch``), or the last
+            batch before it, recomputed, differs from the one trained on.
+        """
         if not isinstance(state, Mapping) or set(state) != set(STATE_KEYS):
             raise ValueError(
                 f"not a grainpack iterator state: expected keys {sorted(STATE_KEYS)}, got {state!r}"
@@ -246,7 +292,13 @@ def make_dataset(
             config, source=source, process_index=process_index, process_count=process_count
         )
     p, count = process_index_and_count(process_index, process_count)
-    check_int("worker_count", worker_count)
+    if check_int("worker_count", worker_count) and _importing_main_in_a_child():
+        raise RuntimeError(
+            "make_dataset(worker_count>0) ran while a worker process was importing the main "
+            "script: workers are spawned, so the script's top level runs again in each of "
+            "them. Put the code that builds and iterates datasets under "
+            '`if __name__ == "__main__":`'
+        )
     check_int("worker_buffer_size", worker_buffer_size, minimum=1)
     batches = PipelineBatches(config, process_count=count)
     batches.sources  # noqa: B018 -- open the corpora now: bad paths fail here, not at next()

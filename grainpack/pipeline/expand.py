@@ -98,8 +98,11 @@ def describe_rows(packed: PackedRows, *, block: int) -> dict[str, np.ndarray]:
       >>> np.unpackbits(rows["segment_starts"], axis=1, count=3).tolist(), rows["filled"]
       ([[1, 0, 1], [1, 0, 0]], array([4, 1], dtype=int32))
     """
-    bits = packed.segment_starts
-    if bits is None:  # a plan of the full layout
+    if packed.segment_starts is not None:
+        # a copy: a plan from a worker is a view of Grain's shared memory, which batches
+        # must not hold
+        bits = packed.segment_starts.copy()
+    else:  # a plan of the full layout
         # a segment that starts on a row's last token (its target only) has no input
         row, offset = np.divmod(packed.start[(packed.segment > 0) & (packed.count > 0)], block)
         bits = segment_bits(row, offset, num_rows=packed.num_rows, block=block)
