@@ -64,6 +64,7 @@ def test_run_benchmarks_quick_structure(tmp_path, capsys):
         assert latency["batches"] == 1000
         assert 0 < latency["median_us"] <= latency["p99_us"] <= latency["max_us"]
         assert 0 < latency["cpu_median_us"] <= latency["cpu_p99_us"] <= latency["cpu_max_us"]
+        assert 0 < latency["cold_median_us"] <= latency["cold_p99_us"]
     for unit in ("documents", "windows"):
         stages = results["stages_us_per_batch"][unit]
         assert set(stages) == {"plan", "read", "expand"} and min(stages.values()) > 0
