@@ -2,7 +2,8 @@
 
 :func:`run_benchmarks` writes (once, cached) a synthetic corpus of two uint16 sources with
 lognormal document lengths (median ~600 tokens, clipped at 32768), warms the page cache and
-measures, in one run, tokens/s (median of ``passes`` passes) of:
+measures, in one run, tokens/s (median of ``passes`` passes; the loaders take turns, one
+pass each per round, so that other load on the machine falls on all of them alike) of:
 
 * the limit: ``block + 1``-token rows copied from the memmap at sequential offsets;
 * peers: nanoGPT's ``get_batch`` (random windows; numpy in place of torch), the window
@@ -119,13 +120,30 @@ def _warm(paths: dict[str, str]) -> None:
 def _rate(step: Callable[[], object], tokens: int, passes: int, seconds: float) -> list[float]:
     """Tokens/s of ``step`` (``tokens`` per call) in each of ``passes`` timed passes."""
     step()  # warm-up
-    rates = []
+    return [_pass(step, tokens, seconds) for _ in range(passes)]
+
+
+def _pass(step: Callable[[], object], tokens: int, seconds: float) -> float:
+    calls, t0 = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - t0) < seconds or not calls:
+        step()
+        calls += 1
+    return calls * tokens / elapsed
+
+
+def _rates(
+    steps: dict[str, Callable[[], object]], tokens: int, passes: int, seconds: float, bar: Any
+) -> dict[str, list[float]]:
+    """:func:`_rate` of every step, the steps taking turns (one pass each per round), so
+    that a busy machine's load falls on the limit and on the loaders alike."""
+    rates: dict[str, list[float]] = {name: [] for name in steps}
+    for step in steps.values():
+        step()  # warm-up
     for _ in range(passes):
-        calls, t0 = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - t0) < seconds or not calls:
-            step()
-            calls += 1
-        rates.append(calls * tokens / elapsed)
+        for name, step in steps.items():
+            bar.set_postfix_str(THROUGHPUT_LABELS[name])
+            rates[name].append(_pass(step, tokens, seconds))
+        bar.update()
     return rates
 
 
@@ -410,13 +428,9 @@ def run_benchmarks(
         "grain_packer": _grain_packer(paths["a"]),
         **{name: _batches(configs[name]) for name in GRAINPACK},
     }
-    labels = [*steps, "documents_workers", "windows_workers", "latency", "index costs"]
-    bar = tqdm.tqdm(labels, desc="bench", unit="stage", disable=not progress, file=sys.stderr)
-    rates = {}
-    for name, step in steps.items():
-        bar.set_postfix_str(THROUGHPUT_LABELS[name])
-        rates[name] = _rate(step, width, passes, seconds)
-        bar.update()
+    stages = passes + 4  # rounds of every step, two worker runs, latency, index costs
+    bar = tqdm.tqdm(total=stages, desc="bench", unit="stage", disable=not progress, file=sys.stderr)
+    rates = _rates(steps, width, passes, seconds, bar)
     startup = {}
     for unit in ("documents", "windows"):
         bar.set_postfix_str(THROUGHPUT_LABELS[f"{unit}_workers"])
