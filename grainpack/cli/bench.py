@@ -3,7 +3,8 @@
 :func:`run_benchmarks` writes (once, cached) a synthetic corpus of two uint16 sources with
 lognormal document lengths (median ~600 tokens, clipped at 32768), warms the page cache and
 measures, in one run, tokens/s (median of ``passes`` passes; the loaders take turns, one
-pass each per round, so that other load on the machine falls on all of them alike) of:
+pass each per round, so that other load on the machine falls on all of them alike, and a
+loader's ratio to the limit is the median over rounds of its pass against the limit's) of:
 
 * the limit: ``block + 1``-token rows copied from the memmap at sequential offsets;
 * peers: nanoGPT's ``get_batch`` (random windows; numpy in place of torch), the window
@@ -441,12 +442,18 @@ def run_benchmarks(
     bar.update()
     bar.set_postfix_str("index costs")
 
-    limit = statistics.median(rates["limit"])
+    limit = rates["limit"]
     throughput = {
         name: {
             "label": THROUGHPUT_LABELS[name],
             "tokens_per_s": statistics.median(r),
-            "ratio_to_limit": statistics.median(r) / limit,
+            # a loader's pass against the limit's pass of the same round (the worker runs
+            # come after the rounds: against the limit's median)
+            "ratio_to_limit": statistics.median(
+                [a / b for a, b in zip(r, limit)]
+                if name in steps
+                else [statistics.median(r) / statistics.median(limit)]
+            ),
             "passes": r,
         }
         for name, r in rates.items()
