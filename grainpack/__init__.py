@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     )
     from grainpack.index.slots import slot_order
     from grainpack.index.weights import content_probabilities, token_premiums
-    from grainpack.jax import make_global_batch
+    from grainpack.jax import expand, make_global_batch, prefetch_to_device
     from grainpack.orbax import CheckpointRestore, CheckpointSave
     from grainpack.pipeline.accounting import (
         MixtureMonitor,
@@ -114,7 +114,9 @@ _PUBLIC = {
     "slot_order": "grainpack.index.slots",
     "content_probabilities": "grainpack.index.weights",
     "token_premiums": "grainpack.index.weights",
+    "expand": "grainpack.jax",
     "make_global_batch": "grainpack.jax",
+    "prefetch_to_device": "grainpack.jax",
     "CheckpointRestore": "grainpack.orbax",
     "CheckpointSave": "grainpack.orbax",
     "MixtureMonitor": "grainpack.pipeline.accounting",
@@ -185,6 +187,7 @@ __all__ = [
     "convert_jsonl",
     "convert_npy",
     "describe_corpus",
+    "expand",
     "global_document_order",
     "make_data_loader",
     "make_dataset",
@@ -194,6 +197,7 @@ __all__ = [
     "mixture_accounting",
     "open_corpus",
     "pack_documents",
+    "prefetch_to_device",
     "read_manifest",
     "shard_documents_for_rank",
     "slot_order",

@@ -1,4 +1,5 @@
-"""JAX glue: per-process batches -> global ``jax.Array``s on a mesh.
+"""JAX glue: per-process batches -> global ``jax.Array``s on a mesh, compact batches
+expanded on the accelerator, and batches moved to the devices ahead of the training step.
 
 ``jax.make_array_from_process_local_data`` lays process ``p``'s rows contiguously, so row
 ``p * (B // P) + k`` of a global array holds slot ``t*B + p + k*P``. The set of rows is
@@ -8,11 +9,19 @@ Imported lazily: ``import grainpack`` does not import JAX.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import queue
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
+import grain
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
+
+from grainpack.pipeline.expand import COMPACT_KEYS
 
 
 def make_global_batch(
@@ -66,3 +75,201 @@ def process_index_and_count(
             f"need 0 <= process_index < process_count; got {process_index=}, {process_count=}"
         )
     return process_index, process_count
+
+
+@functools.partial(jax.jit, static_argnames="maxtext_keys")
+def expand(batch: Mapping[str, Any], *, maxtext_keys: bool = False) -> dict[str, jax.Array]:
+    """A compact batch (``PipelineConfig(layout="compact")``) -> the full layout's arrays.
+
+    Jitted: call it inside the training step, where XLA fuses it with the model's first
+    operations. The result equals the full layout's ``inputs``, ``targets``,
+    ``segment_ids``, ``positions`` and ``loss_mask`` (int32) bit for bit, for a process's
+    numpy batch or for the global arrays of :func:`make_global_batch` (every row is
+    described on its own). Other keys (provenance) are passed through.
+
+    Args:
+      batch: ``tokens``, ``segment_starts`` and ``filled`` (and any other keys).
+      maxtext_keys: name the arrays as MaxText does: ``inputs``, ``targets``,
+        ``inputs_segmentation``, ``inputs_position``, ``targets_segmentation``
+        (``segment_ids * loss_mask``) and ``targets_position``.
+
+    Example:
+      >>> batch = {"tokens": np.array([[5, 6, 7, 8], [9, 0, 0, 0]], dtype=np.uint16),
+      ...          "segment_starts": np.array([[160], [128]], dtype=np.uint8),
+      ...          "filled": np.array([4, 1], dtype=np.int32)}
+      >>> out = expand(batch)
+      >>> out["inputs"].tolist(), out["segment_ids"].tolist(), out["positions"].tolist()
+      ([[5, 6, 7], [9, 0, 0]], [[1, 1, 2], [1, 0, 0]], [[0, 1, 0], [0, 0, 0]])
+      >>> out["loss_mask"].tolist(), sorted(expand(batch, maxtext_keys=True))[:2]
+      ([[1, 1, 1], [0, 0, 0]], ['inputs', 'inputs_position'])
+    """
+    missing = [k for k in COMPACT_KEYS if k not in batch]
+    if missing:
+        raise ValueError(
+            f"expand takes a compact batch (keys {list(COMPACT_KEYS)}); {missing} missing from "
+            f"{sorted(batch)}: build the pipeline with PipelineConfig(layout='compact')"
+        )
+    tokens, filled = batch["tokens"], batch["filled"][:, None]
+    block = tokens.shape[1] - 1
+    bits = jnp.unpackbits(batch["segment_starts"], axis=1, count=block)
+    i = jnp.arange(block, dtype=jnp.int32)
+    real = i < filled
+    last_start = jax.lax.cummax(jnp.where(bits > 0, i, 0), axis=1)
+    segment_ids = jnp.where(real, jnp.cumsum(bits, axis=1, dtype=jnp.int32), 0)
+    positions = jnp.where(real, i - last_start, 0)
+    loss_mask = (i + 1 < filled).astype(jnp.int32)
+    out = {
+        "inputs": tokens[:, :-1].astype(jnp.int32),
+        "targets": tokens[:, 1:].astype(jnp.int32),
+    }
+    if maxtext_keys:
+        out.update(
+            inputs_segmentation=segment_ids,
+            inputs_position=positions,
+            targets_segmentation=segment_ids * loss_mask,
+            targets_position=positions,
+        )
+    else:
+        out.update(segment_ids=segment_ids, positions=positions, loss_mask=loss_mask)
+    return {**{k: v for k, v in batch.items() if k not in COMPACT_KEYS}, **out}
+
+
+def prefetch_to_device(
+    iterator: Iterator[Mapping[str, np.ndarray]], sharding: Sharding | Mesh, *, size: int = 2
+) -> DevicePrefetch:
+    """Keeps ``size`` batches of ``iterator`` already on the devices, as global arrays.
+
+    A background thread calls ``next(iterator)`` and :func:`make_global_batch`, so the
+    host-to-device transfer overlaps the training step (as MaxText and Flax do). The
+    wrapper's ``get_state``/``set_state`` are the wrapped iterator's at the step the
+    consumer is at, not at the step read ahead: a checkpoint taken while ``size`` batches
+    are in flight resumes at the next batch the model has not seen. Save it with
+    :class:`grainpack.CheckpointSave` like the iterator itself.
+
+    Args:
+      iterator: an iterator of per-process batches with ``get_state``/``set_state`` (from
+        :func:`grainpack.make_dataset`, or any Grain ``DatasetIterator``).
+      sharding: as in :func:`make_global_batch`.
+      size: batches kept in flight (>= 1).
+
+    Returns:
+      A Grain ``DatasetIterator`` of ``dict[str, jax.Array]``; call ``close()`` to stop its
+      thread (and close ``iterator``).
+
+    Example:
+      >>> import tempfile, grainpack as gp
+      >>> path = tempfile.mkdtemp() + "/c"
+      >>> _ = gp.write_corpus(path, [np.arange(1, 50)] * 4)
+      >>> cfg = gp.PipelineConfig(sources={"en": path}, block=8, global_batch_size=2)
+      >>> mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+      >>> it = iter(gp.make_dataset(cfg, process_index=0, process_count=jax.process_count()))
+      >>> device_batches = prefetch_to_device(it, mesh, size=2)
+      >>> _ = next(device_batches)
+      >>> device_batches.get_state()["step"]  # 1 consumed, up to 3 read
+      1
+      >>> device_batches.close()
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be an int >= 1 (batches in flight); got {size=}")
+    for method in ("get_state", "set_state"):
+        if not callable(getattr(iterator, method, None)):
+            raise TypeError(
+                f"prefetch_to_device needs an iterator with get_state/set_state (from "
+                f"grainpack.make_dataset); got {type(iterator).__name__} without {method}"
+            )
+    return DevicePrefetch(iterator, sharding, size)
+
+
+_END = object()  # the wrapped iterator is exhausted
+
+
+class DevicePrefetch(grain.DatasetIterator):
+    """The iterator of :func:`prefetch_to_device`."""
+
+    def __init__(self, iterator: Any, sharding: Sharding | Mesh, size: int) -> None:
+        super().__init__()
+        self._iterator, self._sharding, self._size = iterator, sharding, size
+        self._lock = threading.Lock()  # the thread's next() vs. get_state/set_state
+        self._queue: queue.Queue | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # state of the wrapped iterator after the last batch handed out
+        self._consumed: Callable[[], Any] | None = None
+
+    def start_prefetch(self) -> None:
+        """Starts the thread (if not running) that reads ``size`` batches ahead."""
+        if self._thread is not None:
+            return
+        state = self._iterator.get_state()
+        self._consumed = lambda: state
+        self._queue, self._stop = queue.Queue(self._size), threading.Event()
+        self._thread = threading.Thread(
+            target=self._fill,
+            args=(self._queue, self._stop),
+            name="grainpack-prefetch",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _fill(self, out: queue.Queue, stop: threading.Event) -> None:
+        iterator, exact = self._iterator, hasattr(self._iterator, "state_after")
+        while not stop.is_set():
+            try:
+                with self._lock:
+                    batch = next(iterator)
+                    if exact:  # the state at this step, computed only if asked for
+                        mark = functools.partial(iterator.state_after, iterator.step, batch)
+                    else:
+                        mark = (lambda state: lambda: state)(iterator.get_state())
+                item: Any = (make_global_batch(batch, self._sharding), mark)
+            except StopIteration:
+                item = _END
+            except Exception as error:  # handed to the consumer, raised by next()
+                item = error
+            while not stop.is_set():
+                try:
+                    out.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    pass
+            if not isinstance(item, tuple):
+                return
+
+    def __next__(self) -> dict[str, jax.Array]:
+        self.start_prefetch()
+        item = self._queue.get()
+        if item is _END or isinstance(item, Exception):
+            self._shutdown()
+            if item is _END:
+                raise StopIteration
+            raise item
+        arrays, self._consumed = item
+        return arrays
+
+    def get_state(self) -> Any:
+        if self._thread is None:
+            return self._iterator.get_state()
+        with self._lock:
+            return self._consumed()
+
+    def set_state(self, state: Any) -> None:
+        self._shutdown(rewind=False)
+        self._iterator.set_state(state)
+
+    def close(self) -> None:
+        """Stops the thread, drops the batches in flight and closes the wrapped iterator."""
+        self._shutdown()
+        if hasattr(self._iterator, "close"):
+            self._iterator.close()
+
+    def _shutdown(self, *, rewind: bool = True) -> None:
+        """Stops the thread, drops the batches in flight and (``rewind``) sets the wrapped
+        iterator back to the step the consumer is at, where a restart continues."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        state = self._consumed() if rewind else None
+        self._thread = self._queue = self._consumed = None
+        if rewind:
+            self._iterator.set_state(state)

@@ -7,6 +7,9 @@ tiny linear LM on them, and saves the train state and the data iterator with Orb
 ``--save-step``. With ``--restore-step`` it first restores both (on any process count) and
 continues. It writes what it consumed to ``--out``/``process_{i}.npz``: its local batches, the
 global batches gathered from every process, the loss and an exact token checksum per step.
+With ``--prefetch N`` it reads through ``grainpack.prefetch_to_device`` (N batches in flight,
+checkpointed at the consumed step) and records global batches only; a compact-layout config
+is expanded by ``grainpack.expand`` inside the jitted step (and for the record).
 
 Usage (one line per process; ``--num-processes 1`` skips ``jax.distributed``)::
 
@@ -58,6 +61,8 @@ def loss_fn(params: dict[str, Any], batch: dict[str, Any]) -> Any:
 
 def train_step(params: dict[str, Any], batch: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
     """One SGD step; returns the new params, the loss and an exact int checksum of the batch."""
+    if "tokens" in batch:  # compact layout: expanded on the device, inside the step
+        batch = gp.expand(batch)
     loss, grads = jax.value_and_grad(loss_fn)(params, batch)
     params = jax.tree.map(lambda p, g: p - LEARNING_RATE * g, params, grads)
     checksum = jnp.sum(batch["inputs"] * batch["loss_mask"] + batch["segment_ids"])
@@ -75,6 +80,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--process-id", type=int, default=0)
     parser.add_argument("--num-processes", type=int, default=1)
     parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--prefetch", type=int, default=0, help="batches kept on the devices")
     return parser.parse_args(argv)
 
 
@@ -88,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     config = gp.PipelineConfig(**json.loads(pathlib.Path(args.config).read_text()))
     iterator = iter(gp.make_dataset(config))  # process index/count from jax
     mesh = Mesh(np.array(jax.devices()), ("data",))
+    if args.prefetch:
+        iterator = gp.prefetch_to_device(iterator, mesh, size=args.prefetch)
     replicated = NamedSharding(mesh, PartitionSpec())
     params = jax.device_put(init_params(), replicated)
     step_fn = jax.jit(train_step)
@@ -113,11 +121,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     steps, local, gathered, losses, checksums = [], [], [], [], []
     for step in range(start, args.steps):
-        batch = next(iterator)
-        global_batch = gp.make_global_batch(batch, mesh)
+        if args.prefetch:
+            global_batch = next(iterator)
+        else:
+            local.append(next(iterator))
+            global_batch = gp.make_global_batch(local[-1], mesh)
         params, loss, checksum = step_fn(params, global_batch)
+        if "tokens" in global_batch:
+            global_batch = gp.expand(global_batch)
         steps.append(step)
-        local.append(batch)
         gathered.append(multihost_utils.process_allgather(global_batch, tiled=True))
         losses.append(float(loss))
         checksums.append(int(checksum))
@@ -130,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
     manager.wait_until_finished()
     manager.close()
+    iterator.close()
 
     arrays = {
         "steps": np.array(steps, dtype=np.int64),
@@ -141,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     for key in local[0] if local else ():
         arrays[f"local_{key}"] = np.stack([b[key] for b in local])
+    for key in gathered[0] if gathered else ():
         arrays[f"global_{key}"] = np.stack([np.asarray(g[key]) for g in gathered])
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -14,12 +14,14 @@ import grainpack as gp
 from grainpack.cli.bench import document_lengths, run_benchmarks
 from grainpack.cli.main import main
 
+GRAINPACK = {"documents", "windows", "documents_compact", "windows_compact"}
 THROUGHPUT = {
     "limit",
+    "nanogpt",
+    "packed_stream",
     "seed_loop",
     "grain_packer",
-    "documents",
-    "windows",
+    *GRAINPACK,
     "documents_workers",
     "windows_workers",
 }
@@ -41,6 +43,8 @@ def test_run_benchmarks_quick_structure(tmp_path, capsys):
         "settings",
         "corpus",
         "throughput",
+        "bytes_per_token",
+        "latency_us",
         "stages_us_per_batch",
         "index",
         "targets",
@@ -49,6 +53,18 @@ def test_run_benchmarks_quick_structure(tmp_path, capsys):
     for entry in results["throughput"].values():
         assert entry["tokens_per_s"] > 0 and len(entry["passes"]) == results["settings"]["passes"]
     assert results["throughput"]["limit"]["ratio_to_limit"] == 1.0
+    # 5 int32 arrays per input token; uint16 rows of block + 1 plus 2048 / 8 + 4 bytes a row
+    bytes_per_token = results["bytes_per_token"]
+    assert set(bytes_per_token) == GRAINPACK
+    assert bytes_per_token["documents"] == bytes_per_token["windows"] == 20.0
+    compact = (2049 * 2 + 256 + 4) / 2048
+    assert bytes_per_token["documents_compact"] == bytes_per_token["windows_compact"] == compact
+    assert set(results["latency_us"]) == GRAINPACK
+    for latency in results["latency_us"].values():
+        assert latency["batches"] == 1000
+        assert 0 < latency["median_us"] <= latency["p99_us"] <= latency["max_us"]
+        assert 0 < latency["cpu_median_us"] <= latency["cpu_p99_us"] <= latency["cpu_max_us"]
+        assert 0 < latency["cold_median_us"] <= latency["cold_p99_us"]
     for unit in ("documents", "windows"):
         stages = results["stages_us_per_batch"][unit]
         assert set(stages) == {"plan", "read", "expand"} and min(stages.values()) > 0
@@ -65,6 +81,7 @@ def test_run_benchmarks_quick_structure(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "limit: memcpy" in out and "restore at slot 1,000,000" in out
     assert "in-process stage, µs per batch" in out
+    assert "bytes per token to the device" in out and "next() latency, µs" in out
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -383,3 +384,36 @@ def test_workers_without_a_main_guard_say_so(tmp_path):
     out = run_script(tmp_path, "next(iter(gp.make_dataset(cfg, worker_count=1)))", guarded=False)
     assert out.returncode != 0
     assert 'under `if __name__ == "__main__":`' in out.stderr
+
+
+@pytest.mark.slow
+def test_compact_layout_through_workers_the_data_loader_and_checkpoints(two_sources):
+    paths, _ = two_sources
+    full = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=1, boundary_id=999)
+    compact = dataclasses.replace(full, layout="compact")
+    reference = take(iter(gp.make_dataset(compact, process_index=1, process_count=2)), 6)
+    assert sorted(reference[0]) == ["filled", "segment_starts", "tokens"]
+    it = iter(gp.make_dataset(compact, process_index=1, process_count=2, worker_count=2))
+    loader = gp.make_data_loader(compact, process_index=1, process_count=2)
+    try:
+        for got in (take(it, 6), take(iter(loader), 6)):
+            for a, b in zip(got, reference):
+                assert a.keys() == b.keys()
+                for k in a:
+                    np.testing.assert_array_equal(a[k], b[k])
+    finally:
+        it.close()
+    # the layout is not part of the fingerprint and the digest is the full layout's: a
+    # checkpoint of either layout resumes in the other
+    for saved, resumed in ((full, compact), (compact, full)):
+        source = iter(gp.make_dataset(saved, process_index=0, process_count=1))
+        take(source, 3)
+        target = iter(gp.make_dataset(resumed, process_index=0, process_count=1))
+        target.set_state(source.get_state())
+        want = iter(gp.make_dataset(resumed, process_index=0, process_count=1))
+        take(want, 3)
+        got, expected = next(target), next(want)
+        assert got.keys() == expected.keys()
+        for k, v in expected.items():
+            np.testing.assert_array_equal(got[k], v)
+        assert target.get_state() == want.get_state()

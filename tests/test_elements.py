@@ -30,13 +30,24 @@ def test_plan_bytes_round_trip_keeps_dtypes_shapes_and_values():
         segment_document=np.arange(6, dtype=np.int64).reshape(2, 3),
         segment_offset=np.full((2, 3), -1, dtype=np.int64),
     )
-    for plan in (PackedRows(**arrays), PackedRows(**arrays, provenance=provenance)):
+    compact = {**arrays, **dict.fromkeys(("start", "count", "segment", "row_piece", "padded"))}
+    compact["segment_starts"] = np.array([[128, 0], [160, 1]], dtype=np.uint8)
+    plans = (
+        PackedRows(**arrays),
+        PackedRows(**arrays, provenance=provenance),
+        PackedRows(**compact, provenance=provenance),
+    )
+    for plan in plans:
         element = plan.to_element()
         assert element["bytes"].dtype == np.uint8 and element["bytes"].ndim == 1
         assert all(offset % 8 == 0 for *_, offset in element["spec"])  # aligned views
         back = PackedRows.from_element(element)
         assert (back.provenance is None) == (plan.provenance is None)
-        pairs = [(getattr(back, k), v) for k, v in arrays.items()]
+        pairs = [
+            (getattr(back, k), getattr(plan, k))
+            for k in [*arrays, "segment_starts"]
+            if getattr(plan, k) is not None or getattr(back, k) is not None
+        ]
         if plan.provenance is not None:
             pairs += [
                 (getattr(back.provenance, k), getattr(provenance, k))

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
+import grain
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import grainpack as gp
+from grainpack.pipeline.dataset import DIGEST_KEYS
 
 
 def single_device_mesh() -> Mesh:
@@ -116,3 +124,259 @@ def test_slot_order_reorders_process_major_rows_into_the_single_process_batch(tm
         for key, value in single.items():
             process_major = np.concatenate([part[key] for part in parts])
             np.testing.assert_array_equal(process_major[gp.slot_order(6, count)], value)
+
+
+# -- gp.expand: compact batches expanded on the device -------------------------------------
+
+
+def compact_and_full(tmp_path, *, boundary_id=1000, unit="documents", **extra):
+    rng = np.random.default_rng(8)
+    docs = [rng.integers(1, 1000, size=rng.integers(1, 7)) for _ in range(300)]
+    docs += [rng.integers(1, 1000, size=rng.integers(20, 90)) for _ in range(30)]
+    gp.write_corpus(tmp_path / "c", docs, vocab_size=1001)
+    if unit == "windows":
+        boundary_id = None
+    full = gp.PipelineConfig(
+        sources={"c": str(tmp_path / "c")},
+        block=29,
+        global_batch_size=4,
+        boundary_id=boundary_id,
+        unit=unit,
+        **extra,
+    )
+    return dataclasses.replace(full, layout="compact"), full
+
+
+def assert_same_arrays(got, want, context=""):
+    assert sorted(got) == sorted(want), context
+    for key, value in want.items():
+        array = np.asarray(got[key])
+        assert array.dtype == value.dtype, f"{context} {key}"
+        np.testing.assert_array_equal(array, value, err_msg=f"{context} {key}")
+
+
+def test_expand_golden():
+    batch = {
+        "tokens": np.array([[34, 7, 10, 11], [0, 0, 0, 0], [12, 7, 20, 0]], np.uint16),
+        "segment_starts": np.array([[0b10100000], [0], [0b10100000]], np.uint8),
+        "filled": np.array([4, 0, 3], np.int32),
+    }
+    out = gp.expand(batch)
+    assert sorted(out) == ["inputs", "loss_mask", "positions", "segment_ids", "targets"]
+    assert all(v.dtype == np.int32 for v in out.values())
+    assert np.asarray(out["inputs"]).tolist() == [[34, 7, 10], [0, 0, 0], [12, 7, 20]]
+    assert np.asarray(out["targets"]).tolist() == [[7, 10, 11], [0, 0, 0], [7, 20, 0]]
+    assert np.asarray(out["segment_ids"]).tolist() == [[1, 1, 2], [0, 0, 0], [1, 1, 2]]
+    assert np.asarray(out["positions"]).tolist() == [[0, 1, 0], [0, 0, 0], [0, 1, 0]]
+    assert np.asarray(out["loss_mask"]).tolist() == [[1, 1, 1], [0, 0, 0], [1, 1, 0]]
+    maxtext = gp.expand(batch, maxtext_keys=True)
+    assert sorted(maxtext) == [
+        "inputs",
+        "inputs_position",
+        "inputs_segmentation",
+        "targets",
+        "targets_position",
+        "targets_segmentation",
+    ]
+    assert np.asarray(maxtext["inputs_segmentation"]).tolist() == [[1, 1, 2], [0, 0, 0], [1, 1, 2]]
+    assert np.asarray(maxtext["targets_segmentation"]).tolist() == [[1, 1, 2], [0, 0, 0], [1, 1, 0]]
+    assert np.asarray(maxtext["targets_position"]).tolist() == [[0, 1, 0], [0, 0, 0], [0, 1, 0]]
+
+
+@pytest.mark.parametrize(
+    ("unit", "boundary_id"), [("documents", 1000), ("documents", None), ("windows", None)]
+)
+@pytest.mark.parametrize("process_count", [1, 2])
+def test_expand_equals_the_full_layout_bit_for_bit(tmp_path, unit, boundary_id, process_count):
+    compact, full = compact_and_full(tmp_path, unit=unit, boundary_id=boundary_id)
+    compiled = gp.expand._cache_size()
+    for p in range(process_count):
+        got = iter(gp.make_dataset(compact, process_index=p, process_count=process_count))
+        want = iter(gp.make_dataset(full, process_index=p, process_count=process_count))
+        for step in range(40):
+            assert_same_arrays(gp.expand(next(got)), next(want), f"p{p} step {step}")
+    assert gp.expand._cache_size() <= compiled + 1  # fixed shapes: compiled once
+
+
+def test_expand_of_global_arrays_of_two_processes(tmp_path):
+    # The global arrays of 2 processes hold process 0's rows, then process 1's
+    # (make_array_from_process_local_data); on one device they are the concatenation.
+    compact, full = compact_and_full(tmp_path)
+    mesh = single_device_mesh()
+    parts = [iter(gp.make_dataset(compact, process_index=p, process_count=2)) for p in (0, 1)]
+    want = [iter(gp.make_dataset(full, process_index=p, process_count=2)) for p in (0, 1)]
+    for _ in range(20):
+        local = [next(it) for it in parts]
+        joined = {k: np.concatenate([b[k] for b in local]) for k in local[0]}
+        out = gp.expand(gp.make_global_batch(joined, mesh))
+        expected = [next(it) for it in want]
+        assert_same_arrays(out, {k: np.concatenate([b[k] for b in expected]) for k in expected[0]})
+
+
+def test_expand_inside_a_jitted_step_and_with_provenance(tmp_path):
+    compact, full = compact_and_full(tmp_path, provenance=True)
+    batch = next(iter(gp.make_dataset(compact, process_index=0, process_count=1)))
+    want = next(iter(gp.make_dataset(full, process_index=0, process_count=1)))
+    out = gp.expand(batch)
+    np.testing.assert_array_equal(np.asarray(out["segment_document"]), want["segment_document"])
+
+    @jax.jit
+    def step(batch):
+        arrays = gp.expand(batch)
+        return jnp.sum(arrays["inputs"] * arrays["loss_mask"] + arrays["segment_ids"])
+
+    total = want["inputs"].astype(np.int64) * want["loss_mask"] + want["segment_ids"]
+    assert int(step(gp.make_global_batch(batch, single_device_mesh()))) == int(total.sum())
+
+
+def test_expand_refuses_a_full_batch():
+    with pytest.raises(ValueError, match=r"layout='compact'"):
+        gp.expand({"inputs": np.zeros((2, 4), np.int32)})
+
+
+@pytest.mark.slow
+def test_expand_on_the_cpu_devices_of_one_process(tmp_path):
+    compact, full = compact_and_full(tmp_path)
+    config = tmp_path / "config.json"
+    fields = {f.name: getattr(compact, f.name) for f in dataclasses.fields(compact)}
+    config.write_text(json.dumps(fields))
+    script = textwrap.dedent(
+        f"""
+        import json, jax, numpy as np
+        import grainpack as gp
+
+        config = gp.PipelineConfig(**json.load(open({str(config)!r})))
+        mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+        it = iter(gp.make_dataset(config, process_index=0, process_count=1))
+        out = [gp.expand(gp.make_global_batch(next(it), mesh)) for _ in range(5)]
+        assert len(jax.devices()) == 4 and len(out[0]["inputs"].addressable_shards) == 4
+        np.savez({str(tmp_path / "out.npz")!r}, **{{
+            f"{{k}}_{{i}}": np.asarray(v) for i, b in enumerate(out) for k, v in b.items()
+        }})
+        """
+    )
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    want = iter(gp.make_dataset(full, process_index=0, process_count=1))
+    with np.load(tmp_path / "out.npz") as got:
+        for i in range(5):
+            assert_same_arrays({k: got[f"{k}_{i}"] for k in DIGEST_KEYS}, next(want), f"{i}")
+
+
+# -- gp.prefetch_to_device ----------------------------------------------------------------
+
+
+def prefetch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "grainpack-prefetch"]
+
+
+def wait_until(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("layout", ["full", "compact"])
+def test_prefetch_checkpoint_with_batches_in_flight_resumes_at_the_consumed_step(tmp_path, layout):
+    compact, full = compact_and_full(tmp_path)
+    config = compact if layout == "compact" else full
+    reference = iter(gp.make_dataset(config, process_index=0, process_count=1))
+    expected = [next(reference) for _ in range(9)]
+    mesh = single_device_mesh()
+    inner = iter(gp.make_dataset(config, process_index=0, process_count=1))
+    batches = gp.prefetch_to_device(inner, mesh, size=3)
+    for step in range(4):
+        assert_same_arrays(batches.__next__(), expected[step], f"step {step}")
+    wait_until(lambda: inner.step == 4 + 3 + 1)  # 3 queued, 1 more waiting to be queued
+    state = batches.get_state()
+    assert state == reference.state_after(4)  # the consumed step, with its digest
+    assert json.loads(json.dumps(state)) == state
+    for step in range(4, 6):  # the uninterrupted run goes on
+        assert_same_arrays(next(batches), expected[step], f"step {step}")
+
+    fresh = gp.prefetch_to_device(
+        iter(gp.make_dataset(config, process_index=0, process_count=1)), mesh, size=2
+    )
+    fresh.set_state(state)
+    for step in range(4, 9):
+        assert_same_arrays(next(fresh), expected[step], f"resumed step {step}")
+    batches.close()
+    fresh.close()
+    assert prefetch_threads() == []
+
+
+def test_prefetch_close_stops_the_thread_and_rewinds_to_the_consumed_step(tmp_path):
+    _, full = compact_and_full(tmp_path)
+    expected = list(itertools.islice(gp.make_dataset(full, process_index=0, process_count=1), 6))
+    inner = iter(gp.make_dataset(full, process_index=0, process_count=1))
+    batches = gp.prefetch_to_device(inner, single_device_mesh(), size=2)
+    assert batches.get_state()["step"] == 0 and prefetch_threads() == []  # lazily started
+    next(batches)
+    wait_until(lambda: inner.step == 4)
+    assert len(prefetch_threads()) == 1
+    batches.close()
+    assert prefetch_threads() == [] and inner.step == 1
+    assert batches.get_state() == inner.get_state()
+    for step in range(1, 6):  # iterating again restarts the thread where the consumer was
+        assert_same_arrays(next(batches), expected[step], f"step {step}")
+    batches.close()
+
+
+def test_prefetch_of_a_finite_grain_iterator_and_its_errors(tmp_path):
+    _, full = compact_and_full(tmp_path)
+    evaluation = gp.make_eval_dataset(full, process_index=0, process_count=1)
+    expected = list(evaluation)
+    batches = gp.prefetch_to_device(iter(evaluation), single_device_mesh())
+    got = list(batches)
+    assert len(got) == len(expected)
+    for out, want in zip(got, expected):
+        assert_same_arrays(out, want)
+    assert batches.get_state() == {"next_index": len(expected)}  # Grain's own state
+    with pytest.raises(StopIteration):
+        next(batches)
+
+    failing = grain.MapDataset.range(5).map(lambda i: {"x": np.full(2, 10 // (3 - i))})
+    batches = gp.prefetch_to_device(iter(failing.to_iter_dataset()), single_device_mesh())
+    assert [int(next(batches)["x"][0]) for _ in range(3)] == [3, 5, 10]
+    with pytest.raises(ZeroDivisionError):
+        next(batches)
+    assert batches.get_state() == {"next_index": 3} and prefetch_threads() == []
+
+
+def test_prefetch_rejects_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="size must be an int >= 1"):
+        gp.prefetch_to_device(iter([]), single_device_mesh(), size=0)
+    with pytest.raises(TypeError, match="get_state/set_state"):
+        gp.prefetch_to_device(iter([]), single_device_mesh())
+
+
+def test_prefetch_state_of_a_blocked_order_counts_the_consumed_step(tmp_path):
+    # A blocked-order state carries per-source counts: they must be those of the consumed
+    # step, not of the step read ahead.
+    rng = np.random.default_rng(3)
+    paths = {}
+    for name, n in (("a", 40), ("b", 25)):
+        paths[name] = str(tmp_path / name)
+        gp.write_corpus(paths[name], [rng.integers(1, 99, rng.integers(2, 30)) for _ in range(n)])
+    config = gp.PipelineConfig(
+        sources=paths, block=8, global_batch_size=4, order=gp.BlockedOrder(4, 2), seed=1
+    )
+    plain = iter(gp.make_dataset(config, process_index=0, process_count=1))
+    for _ in range(4):
+        next(plain)
+    inner = iter(gp.make_dataset(config, process_index=0, process_count=1))
+    batches = gp.prefetch_to_device(inner, single_device_mesh(), size=3)
+    for _ in range(4):
+        next(batches)
+    wait_until(lambda: inner.step == 4 + 3 + 1)
+    state = batches.get_state()
+    assert state == plain.get_state() and "counts" in state and sum(state["counts"]) == 16
+    batches.close()

@@ -29,7 +29,7 @@ from grainpack.index.mixing import SlotMixer
 from grainpack.index.slots import process_slots
 from grainpack.index.stream import SourceRows
 from grainpack.pipeline.config import PipelineConfig
-from grainpack.pipeline.expand import expand_rows
+from grainpack.pipeline.expand import compact_rows, expand_rows
 from grainpack.pipeline.gather import RowReader
 
 FORMAT_VERSION = 1
@@ -274,9 +274,12 @@ class PipelineBatches:
     def batch(
         self, step: int, process_index: int, process_count: int | None = None
     ) -> dict[str, np.ndarray]:
-        """Process ``process_index``'s rows of global batch ``step``."""
+        """Process ``process_index``'s rows of global batch ``step``, in the config's layout."""
         packed = self.packed_steps(step, process_index, process_count)
-        return expand_rows(packed, self.reader(packed).read(0, packed.num_rows))
+        tokens = self.reader(packed).read(0, packed.num_rows)
+        if self.config.layout == "compact":
+            return compact_rows(packed, tokens)
+        return expand_rows(packed, tokens)
 
     @property
     def rows_per_batch(self) -> int:
@@ -373,6 +376,7 @@ class PipelineBatches:
             block=cfg.block,
             boundary=cfg.boundary_id is not None,
             provenance=cfg.provenance,
+            compact=cfg.layout == "compact",
         )
 
     def reader(self, packed: PackedRows) -> CheckedReader:

@@ -16,6 +16,7 @@ from grainpack.index.orders import SequenceSelector
 from grainpack.index.weights import content_probabilities
 
 Unit = Literal["documents", "windows"]
+Layout = Literal["full", "compact"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +54,11 @@ class PipelineConfig:
         source and process) or a :class:`~grainpack.BlockedOrder` (blocks of documents
         permuted by a keyed bijection, documents permuted inside windows of blocks:
         ``O(N / C + K * C)``). See the README's "Scale" section.
+      layout: ``"full"``: batches hold the five int32 model arrays. ``"compact"``: batches
+        hold the rows in the corpus dtype plus a few bytes per row (``tokens``,
+        ``segment_starts``, ``filled``), expanded on the accelerator by
+        :func:`grainpack.expand` into exactly the full layout's arrays. Does not change
+        any token (not part of the fingerprint: a checkpoint restores in either layout).
 
     Example:
       >>> cfg = PipelineConfig(sources={"en": "/data/en", "fr": "/data/fr"}, block=2048,
@@ -73,6 +79,7 @@ class PipelineConfig:
     sequence_selector: SequenceSelector | None = None
     provenance: bool = False
     order: Literal["exact"] | BlockedOrder = "exact"
+    layout: Layout = "full"
 
     def __post_init__(self) -> None:
         if not isinstance(self.sources, Mapping) or not self.sources:
@@ -92,6 +99,11 @@ class PipelineConfig:
                 raise ValueError(
                     f"{token} must be < 2**31 (batches hold int32 token ids); got {token}={value}"
                 )
+        if self.layout not in ("full", "compact"):
+            raise ValueError(
+                f"layout must be 'full' (five int32 arrays) or 'compact' (tokens expanded on "
+                f"the accelerator by grainpack.expand); got {self.layout!r}"
+            )
         if self.unit not in ("documents", "windows"):
             raise ValueError(f"unit must be 'documents' or 'windows'; got {self.unit!r}")
         if self.order != "exact" and not isinstance(self.order, BlockedOrder):

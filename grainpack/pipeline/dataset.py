@@ -26,6 +26,7 @@ from grainpack.jax import process_index_and_count
 from grainpack.pipeline.batches import FORMAT_VERSION, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
+from grainpack.pipeline.expand import expand_compact
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,10 @@ def _importing_main_in_a_child() -> bool:
 
 
 def batch_digest(batch: Mapping[str, np.ndarray]) -> int:
-    """63-bit digest of a batch's model arrays (provenance is not part of it)."""
+    """63-bit digest of a batch's model arrays (provenance is not part of it). A compact
+    batch is expanded first: digests, and so checkpoints, do not depend on the layout."""
+    if "tokens" in batch:
+        batch = expand_compact(batch)
     h = hashlib.blake2b(digest_size=8)
     for key in DIGEST_KEYS:
         h.update(key.encode())
@@ -179,19 +183,26 @@ class PipelineIterator(grain.DatasetIterator):
         With a blocked order it also holds ``counts``, the rows each source gave before the
         step (version 2), so a restore does not count every earlier slot.
         """
-        last = self._last
-        if last is None and self._step > 0:
-            last = self._batches.batch(self._step - 1, self._options.process_index)
+        return self.state_after(self._step, self._last)
+
+    def state_after(
+        self, step: int, last: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, Any]:
+        """The state :meth:`get_state` returns once batch ``step - 1`` was consumed; ``last``
+        is that batch (recomputed from the corpus when not given). Lets a wrapper that reads
+        ahead (:func:`grainpack.prefetch_to_device`) checkpoint the step its consumer is at."""
+        if last is None and step > 0:
+            last = self._batches.batch(step - 1, self._options.process_index)
         state: dict[str, Any] = {
             "version": FORMAT_VERSION,
-            "step": self._step,
+            "step": step,
             "process_index": self._options.process_index,
             "process_count": self._batches.process_count,
             "fingerprint": self._batches.fingerprint,
             "digest": 0 if last is None else batch_digest(last),
         }
         if self._batches.config.blocked is not None:
-            slot = self._step * self._batches.config.global_batch_size
+            slot = step * self._batches.config.global_batch_size
             counts = self._batches.mixer.counts_before(slot)
             state.update(version=COUNTED_STATE_VERSION, counts=[int(c) for c in counts])
         return state
@@ -310,7 +321,8 @@ def make_dataset(
 
     Batch ``t`` holds slots ``t*B + p + k*P`` of global batch ``t`` (round-robin), as a dict
     of numpy arrays ``inputs``, ``targets``, ``segment_ids``, ``positions`` and
-    ``loss_mask`` (int32, shape ``(B // P, block)``).
+    ``loss_mask`` (int32, shape ``(B // P, block)``), or with ``layout="compact"``
+    ``tokens``, ``segment_starts`` and ``filled`` (expanded by :func:`grainpack.expand`).
 
     Args:
       config: the pipeline.

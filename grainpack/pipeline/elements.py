@@ -20,7 +20,7 @@ import numpy as np
 
 from grainpack.index.layout import PackedRows
 from grainpack.pipeline.batches import PipelineBatches
-from grainpack.pipeline.expand import expand_rows
+from grainpack.pipeline.expand import compact_rows, describe_rows, expand_rows
 from grainpack.pipeline.gather import RowReader
 
 EXPAND_BYTES = 1 << 17  # size of one int32 output array when batches are expanded together
@@ -62,15 +62,18 @@ class PlannedSteps:
 
 class ExpandedBatches:
     """Consumer side of :class:`PlannedSteps`: reads and expands :func:`group_rows` rows at
-    once and yields one batch per ``next``. A batch's arrays are row slices of the group's,
-    never shared with another batch."""
+    once and yields one batch per ``next`` (in the compact layout, reads one batch at a
+    time and adds its rows' description, computed once per plan). A batch's arrays are
+    row slices of the group's or the plan's, never shared with another batch."""
 
     def __init__(self, elements: Any, batches: PipelineBatches) -> None:
         self.elements, self.batches = elements, batches
         self.rows = batches.rows_per_batch
-        self.group = group_rows(batches)
+        self.compact = batches.config.layout == "compact"
+        self.group = self.rows if self.compact else group_rows(batches)
         self.plan: PackedRows | None = None
         self.reader: RowReader | None = None
+        self.described: dict[str, np.ndarray] | None = None
         self.next_row = 0
         self.pending: collections.deque[dict[str, np.ndarray]] = collections.deque()
 
@@ -82,9 +85,14 @@ class ExpandedBatches:
                     element = PackedRows.from_element(element)
                 self.plan, self.next_row = element, 0
                 self.reader = self.batches.reader(element)
+                if self.compact:
+                    self.described = describe_rows(element, block=self.batches.config.block)
             first = self.next_row
             self.next_row = min(first + self.group, self.plan.num_rows)
-            arrays = expand_rows(self.plan, self.reader.read(first, self.next_row), first=first)
+            tokens = self.reader.read(first, self.next_row)
+            if self.compact:
+                return compact_rows(self.plan, tokens, first=first, rows=self.described)
+            arrays = expand_rows(self.plan, tokens, first=first)
             if self.next_row - first == self.rows:
                 return arrays
             self.pending.extend(

@@ -13,6 +13,20 @@ token values with ``pad_id``. A boundary token belongs to the segment of the doc
 follows. MaxText's keys map as ``inputs_segmentation = segment_ids``,
 ``inputs_position = positions``, ``targets_segmentation = segment_ids * loss_mask`` and
 ``targets_position = positions``.
+
+The *compact* layout (``PipelineConfig(layout="compact")``) leaves that expansion to the
+accelerator (:func:`grainpack.expand`); a batch holds what determines the five arrays::
+
+    tokens          corpus dtype (n, block + 1)      the rows (inputs are row[:-1])
+    segment_starts  uint8 (n, ceil(block / 8))       bit i (np.packbits order) set where a
+                                                     segment starts at input position i
+    filled          int32 (n,)                       real tokens in the row (block + 1 if
+                                                     it has no padding)
+
+so that, for input position ``i`` of a row, ``segment_ids = popcount(bits[:i + 1])`` and
+``positions = i - (last set bit <= i)`` where ``i < filled`` (0 elsewhere), and
+``loss_mask = i + 1 < filled`` (:func:`expand_compact` is the numpy statement of this). A
+row has at most ``block`` segment starts in its inputs, so the description never overflows.
 """
 
 from __future__ import annotations
@@ -22,9 +36,11 @@ import functools
 
 import numpy as np
 
-from grainpack.index.layout import PackedRows
+from grainpack.index.layout import PackedRows, segment_bits
 
-__all__ = ["expand_rows"]
+__all__ = ["COMPACT_KEYS", "compact_rows", "describe_rows", "expand_compact", "expand_rows"]
+
+COMPACT_KEYS = ("tokens", "segment_starts", "filled")
 
 
 def expand_rows(packed: PackedRows, tokens: np.ndarray, *, first: int = 0) -> dict[str, np.ndarray]:
@@ -67,6 +83,91 @@ def expand_rows(packed: PackedRows, tokens: np.ndarray, *, first: int = 0) -> di
     if packed.provenance is not None:
         batch.update(packed.provenance.rows(first, first + n))
     return batch
+
+
+def describe_rows(packed: PackedRows, *, block: int) -> dict[str, np.ndarray]:
+    """``segment_starts`` and ``filled`` (module docstring) of every row of ``packed``, once
+    per plan: a compact plan's bits, or bits computed from a full plan's layout.
+
+    Example:
+      >>> reads = dict.fromkeys(("read_source", "read_shard", "read_start", "read_stop"))
+      >>> packed = PackedRows(filled=np.array([4, 1]), start=np.array([0, 2, 3, 4]),
+      ...     count=np.array([2, 1, 1, 2]), segment=np.array([1, 2, 1, 0]),
+      ...     row_piece=np.array([0, 2, 4]), padded=np.array([1]), read_marks=None, **reads)
+      >>> rows = describe_rows(packed, block=3)
+      >>> np.unpackbits(rows["segment_starts"], axis=1, count=3).tolist(), rows["filled"]
+      ([[1, 0, 1], [1, 0, 0]], array([4, 1], dtype=int32))
+    """
+    if packed.segment_starts is not None:
+        # a copy: a plan from a worker is a view of Grain's shared memory, which batches
+        # must not hold
+        bits = packed.segment_starts.copy()
+    else:  # a plan of the full layout
+        # a segment that starts on a row's last token (its target only) has no input
+        row, offset = np.divmod(packed.start[(packed.segment > 0) & (packed.count > 0)], block)
+        bits = segment_bits(row, offset, num_rows=packed.num_rows, block=block)
+    return {"segment_starts": bits, "filled": packed.filled.astype(np.int32)}
+
+
+def compact_rows(
+    packed: PackedRows,
+    tokens: np.ndarray,
+    *,
+    first: int = 0,
+    rows: dict[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """The compact batch (module docstring) of rows ``[first, first + len(tokens))`` of
+    ``packed``, given their ``tokens`` (kept, not copied) and the plan's
+    :func:`describe_rows` (computed here when not given; the batch holds row slices of it).
+
+    Example:
+      >>> tokens = np.array([[5, 6, 7, 8], [9, 0, 0, 0]], dtype=np.uint16)
+      >>> reads = dict.fromkeys(("read_source", "read_shard", "read_start", "read_stop"))
+      >>> packed = PackedRows(filled=np.array([4, 1]), start=np.array([0, 2, 3, 4]),
+      ...     count=np.array([2, 1, 1, 2]), segment=np.array([1, 2, 1, 0]),
+      ...     row_piece=np.array([0, 2, 4]), padded=np.array([1]), read_marks=None, **reads)
+      >>> batch = compact_rows(packed, tokens)
+      >>> batch["segment_starts"].tolist(), batch["filled"].tolist()
+      ([[160], [128]], [4, 1])
+    """
+    n = len(tokens)
+    if rows is None:
+        rows = describe_rows(packed, block=tokens.shape[1] - 1)
+    batch = {"tokens": tokens}
+    for key, value in rows.items():
+        batch[key] = value[first : first + n]
+    if packed.provenance is not None:
+        batch.update(packed.provenance.rows(first, first + n))
+    return batch
+
+
+def expand_compact(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A compact batch's five model arrays, in numpy (what :func:`grainpack.expand` computes
+    on the accelerator); other keys are kept.
+
+    Example:
+      >>> batch = {"tokens": np.array([[5, 6, 7, 8], [9, 0, 0, 0]], dtype=np.uint16),
+      ...          "segment_starts": np.array([[160], [128]], dtype=np.uint8),
+      ...          "filled": np.array([4, 1], dtype=np.int32)}
+      >>> out = expand_compact(batch)
+      >>> out["segment_ids"].tolist(), out["positions"].tolist(), out["loss_mask"].tolist()
+      ([[1, 1, 2], [1, 0, 0]], [[0, 1, 0], [0, 0, 0]], [[1, 1, 1], [0, 0, 0]])
+    """
+    rest = {k: v for k, v in batch.items() if k not in COMPACT_KEYS}
+    tokens, filled = batch["tokens"], batch["filled"][:, None]
+    block = tokens.shape[1] - 1
+    bits = np.unpackbits(batch["segment_starts"], axis=1, count=block).astype(bool)
+    i = np.arange(block, dtype=np.int32)
+    real = i < filled
+    last_start = np.maximum.accumulate(np.where(bits, i, 0), axis=1)
+    return {
+        "inputs": tokens[:, :-1].astype(np.int32),
+        "targets": tokens[:, 1:].astype(np.int32),
+        "segment_ids": np.where(real, np.cumsum(bits, axis=1, dtype=np.int32), 0),
+        "positions": np.where(real, i - last_start, 0).astype(np.int32),
+        "loss_mask": (i + 1 < filled).astype(np.int32),
+        **rest,
+    }
 
 
 @functools.lru_cache(maxsize=8)

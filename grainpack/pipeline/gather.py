@@ -8,8 +8,8 @@ when :func:`~grainpack.pipeline.expand.expand_rows` converts them.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
+import itertools
 import operator
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -19,6 +19,11 @@ import numpy as np
 from grainpack.index.layout import PackedRows
 
 __all__ = ["RowReader", "TokenStream", "token_dtype"]
+
+# Views joined at once. Objects alive when the cyclic GC runs are promoted to an older
+# generation, and enough promotions trigger a full collection (tens of ms with JAX
+# imported): thousands of live views per join did that every ~40 batches.
+JOIN_PIECES = 64
 
 
 class TokenStream(Protocol):
@@ -88,9 +93,9 @@ class RowReader:
         self.dtype = token_dtype([readers[j] for j in used], ids)
         # buffer g: shard g - base[j] of source j; the last one holds the constants
         base = np.cumsum([0, *(len(r.shard_starts) - 1 for r in readers)])
-        index = (base[source] + shard).tolist()
+        index = base[source] + shard
         buffers: list[Any] = [None] * (int(base[-1]) + 1)
-        for g in set(index) - {len(buffers) - 1}:
+        for g in np.flatnonzero(np.bincount(index[source >= 0], minlength=len(buffers))).tolist():
             j = int(np.searchsorted(base, g, side="right")) - 1
             view = readers[j].shard_view(g - int(base[j]))
             stored = np.dtype(view.format)  # little-endian file bytes, whatever the host
@@ -99,24 +104,32 @@ class RowReader:
         constants = np.full(self.width + 1, pad_id, dtype=self.dtype)
         constants[-1] = pad_id if boundary_id is None else boundary_id
         buffers[-1] = memoryview(constants)
-        # Views are made per read: thousands of live memoryviews would wake the cyclic GC.
-        self.buffers, self.index = buffers, index
-        self.start, self.stop = start.tolist(), stop.tolist()
-        self.ends = np.cumsum(stop - start).tolist()  # token position after each piece
-        self.marks, self.boundary_id = packed.read_marks, boundary_id
+        # Tables stay numpy arrays, and views and slices are made per read (a few dozen):
+        # Python objects per piece (millions with short documents) make every run of the
+        # cyclic GC traverse them, which stalled next() for tens of milliseconds.
+        self.buffers = buffers
+        self.table = np.stack([index, start, stop])  # one slice and tolist per read
         rows = np.arange(packed.num_rows + 1) * self.width
-        self.row_marks = np.searchsorted(self.marks, rows).tolist()
+        ends = np.cumsum(stop - start)  # token position after each piece
+        self.row_pieces = np.searchsorted(ends, rows, side="right")
+        self.marks, self.boundary_id = packed.read_marks, boundary_id
+        self.row_marks = np.searchsorted(self.marks, rows)
 
     def read(self, first: int, stop: int) -> np.ndarray:
         """The tokens ``(stop - first, block + 1)`` of rows ``[first, stop)`` (a new array)."""
-        a, b = first * self.width, stop * self.width
-        p0, p1 = bisect.bisect_right(self.ends, a), bisect.bisect_right(self.ends, b)
-        ranges = map(slice, self.start[p0:p1], self.stop[p0:p1])
-        views = map(operator.getitem, map(self.buffers.__getitem__, self.index[p0:p1]), ranges)
-        tokens = np.frombuffer(bytearray().join(views), self.dtype)
-        m0, m1 = self.row_marks[first], self.row_marks[stop]
+        p0, p1 = self.row_pieces.item(first), self.row_pieces.item(stop)
+        shards, lo, hi = self.table[:, p0:p1].tolist()
+        views = map(operator.getitem, map(self.buffers.__getitem__, shards), map(slice, lo, hi))
+        if p1 - p0 <= JOIN_PIECES:
+            data = bytearray().join(views)
+        else:  # short documents: few live views at a time (see JOIN_PIECES)
+            data = bytearray()
+            for _ in range(p0, p1, JOIN_PIECES):
+                data += bytearray().join(itertools.islice(views, JOIN_PIECES))
+        tokens = np.frombuffer(data, self.dtype)
+        m0, m1 = self.row_marks.item(first), self.row_marks.item(stop)
         if m1 > m0:
-            tokens[self.marks[m0:m1] - a] = self.boundary_id
+            tokens[self.marks[m0:m1] - first * self.width] = self.boundary_id
         return tokens.reshape(stop - first, self.width)
 
 
