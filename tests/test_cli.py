@@ -254,3 +254,26 @@ def test_build_shuffle_stores_a_seeded_order(tmp_path, capsys):
     ]
     assert gp.read_manifest(out)["shuffle_seed"] == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "out"]  # staging removed
+
+
+def test_first_hour_messages_and_inputs(tmp_path, capsys):
+    # Flags, not keyword arguments, in the command's errors.
+    np.save(tmp_path / "s.npy", np.array([5, 6, 0, 7, 0, 8]))
+    assert main(["build", str(tmp_path / "s.npy"), "-o", str(tmp_path / "a"), "--eos-id", "0"]) == 0
+    assert [d.tolist() for d in gp.open_corpus(tmp_path / "a")] == [[5, 6, 0], [7, 0], [8]]
+    assert main(["build", str(tmp_path / "s.npy"), "-o", str(tmp_path / "a")]) == 1
+    err = capsys.readouterr().err
+    assert "pass --overwrite to replace it" in err and "overwrite=True" not in err
+    args = ["build", str(tmp_path / "s.npy"), "-o", str(tmp_path / "b"), "--vocab-size", "70000"]
+    assert main(args) == 1
+    assert capsys.readouterr().err.rstrip().endswith("use --dtype uint32")
+    assert not (tmp_path / "b").exists()  # a failed build leaves nothing behind
+    # JSON lines of plain lists are documents; text files point to the way to build.
+    (tmp_path / "l.jsonl").write_text("[1, 2, 3]\n[4]\n")
+    assert main(["build", str(tmp_path / "l.jsonl"), "-o", str(tmp_path / "l")]) == 0
+    assert [d.tolist() for d in gp.open_corpus(tmp_path / "l")] == [[1, 2, 3], [4]]
+    (tmp_path / "x.txt").write_text("hello\n")
+    assert main(["inspect", str(tmp_path / "x.txt")]) == 1
+    assert "build one with `grainpack build" in capsys.readouterr().err
+    with pytest.raises(TypeError, match=r"found text .*tokenize it first"):
+        gp.write_corpus(tmp_path / "t", ["hello world"])

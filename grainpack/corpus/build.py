@@ -252,7 +252,7 @@ def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list
     if (out / MANIFEST_NAME).exists() and not overwrite:
         raise CorpusExistsError(
             f"{out} already holds a corpus ({MANIFEST_NAME} present); pass overwrite=True "
-            "(--overwrite) to replace it"
+            "to replace it"
         )
     stage = parts_folder(out)
     plan_file = stage / "plan.json"

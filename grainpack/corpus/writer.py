@@ -139,6 +139,12 @@ def _check_options(
 def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) -> np.ndarray:
     """``tokens`` as a 1-D integer array whose ids are all in ``[0, dmax]`` and below
     ``vocab_size``, or raises naming the document, the id and the fix."""
+    if isinstance(tokens, str | bytes):
+        raise TypeError(
+            f"document {index}: expected token ids, found text ({tokens[:40]!r}); tokenize it "
+            "first: gp.build_corpus(files, out, tokenizer=...) or `grainpack build FILES "
+            "--tokenizer SPEC -o OUT` build a corpus from text"
+        )
     try:
         arr = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
     except (ValueError, OverflowError) as err:
@@ -146,7 +152,7 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
     if arr.ndim != 1:
         raise ValueError(
             f"document {index}: expected a 1-D sequence of token ids, found shape "
-            f"{arr.shape}; add one document per add() call"
+            f"{arr.shape}; give one document (a list or 1-D array of ids) at a time"
         )
     if arr.size == 0:
         return arr
@@ -381,9 +387,7 @@ def _replaceable(target: Path, overwrite: bool) -> bool:
     except OSError as err:
         raise os_error(err, "cannot write a corpus at") from err
     if "index.json" in names:
-        raise CorpusExistsError(
-            f"{target} holds a seed-layout corpus (index.json); write elsewhere"
-        )
+        raise CorpusExistsError(f"{target} holds a flat-shard corpus (index.json); write elsewhere")
     if MANIFEST_NAME in names and not overwrite:
         raise CorpusExistsError(
             f"{target} already holds a corpus ({MANIFEST_NAME} present); "
