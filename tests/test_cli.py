@@ -277,3 +277,19 @@ def test_first_hour_messages_and_inputs(tmp_path, capsys):
     assert "build one with `grainpack build" in capsys.readouterr().err
     with pytest.raises(TypeError, match=r"found text .*tokenize it first"):
         gp.write_corpus(tmp_path / "t", ["hello world"])
+
+
+def test_verify_and_inspect_say_what_a_flipped_byte_is(tmp_path, capsys):
+    gp.write_corpus(tmp_path / "v", [np.arange(1, 500) % 1000] * 5, vocab_size=1000)
+    gp.write_corpus(tmp_path / "nv", [np.arange(1, 50)])
+    tokens = tmp_path / "v" / "tokens-00000.bin"
+    data = bytearray(tokens.read_bytes())
+    data[11] ^= 0xFF
+    tokens.write_bytes(bytes(data))
+    assert main(["verify", str(tmp_path / "v")]) == 1
+    err = capsys.readouterr().err
+    assert "sha256 mismatch with manifest.json" in err and "also holds a bad id" in err
+    assert main(["inspect", str(tmp_path / "v")]) == 0
+    assert "WARNING  max_token_id 65,286 >= vocab_size 1,000" in capsys.readouterr().out
+    assert main(["verify", str(tmp_path / "nv")]) == 0
+    assert "- token ids < vocab_size: skipped (no vocab_size recorded)" in capsys.readouterr().out

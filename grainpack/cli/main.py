@@ -461,6 +461,12 @@ def _inspect(args: argparse.Namespace) -> None:
         elif isinstance(value, int):
             value = f"{value:,}"
         print(f"{key:>24}  {value}")
+    vocab, high = stats.get("vocab_size"), stats.get("max_token_id")
+    if vocab is not None and high is not None and high >= vocab:
+        print(
+            f"{'WARNING':>24}  max_token_id {high:,} >= vocab_size {vocab:,}: ids outside the "
+            "vocabulary (a corrupt file?); run grainpack verify"
+        )
 
 
 def _verify(args: argparse.Namespace) -> None:
@@ -472,7 +478,7 @@ def _verify(args: argparse.Namespace) -> None:
         f"{report.num_tokens:,} tokens in {report.num_shards} shard(s), {report.dtype}"
     )
     for check in report.checks:
-        print(f"  ✓ {check}")
+        print(f"  {'-' if 'skipped' in check else '✓'} {check}")
 
 
 def _show_step(args: argparse.Namespace) -> None:
