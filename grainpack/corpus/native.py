@@ -49,12 +49,8 @@ import numpy as np
 
 from grainpack.checks import is_int
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError, os_error
-from grainpack.corpus.source import (
-    FileIdentity,
-    OffsetsFile,
-    ShardRecord,
-    TokenShardSource,
-)
+from grainpack.corpus.shards import FileIdentity, OffsetsFile, ShardRecord
+from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import summary_pieces
 
 __all__ = [

@@ -19,7 +19,8 @@ import tqdm
 from grainpack.corpus.errors import CorpusError, os_error
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import MANIFEST_NAME, content_digest, read_manifest
-from grainpack.corpus.source import TokenShardSource, check_offsets
+from grainpack.corpus.shards import check_offsets
+from grainpack.corpus.source import TokenShardSource
 
 __all__ = ["CorpusError", "VerifyReport", "describe_corpus", "verify_corpus"]
 

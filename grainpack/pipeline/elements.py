@@ -106,3 +106,8 @@ class ExpandedBatches:
 
     def close(self) -> None:
         self.elements.close()
+        # Then the current element: with workers it is a view of a shared-memory segment,
+        # released (unlinked) when its last reference goes. Dropping it before Grain has
+        # stopped its workers made close() wait for them.
+        self.plan = self.reader = self.described = None
+        self.pending.clear()
