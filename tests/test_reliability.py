@@ -1065,3 +1065,24 @@ def test_show_step_config_that_is_not_json_is_named(tmp_path, capsys):
         (tmp_path / name).write_text(content)
         assert cli_main(["show-step", "1", "--config", str(tmp_path / name)]) == 1
         assert f"{tmp_path / name}: " in capsys.readouterr().err
+
+
+def test_a_corpus_replaced_between_check_and_open_is_named_as_changed(tmp_path, monkeypatch):
+    # A writer publishing right after a reader checked a file and before it opened it: the
+    # reader reports the change (which a caller may retry), not a missing corpus.
+    from grainpack.corpus.shards import FileIdentity
+
+    path = small_corpus(tmp_path / "c", shard_tokens=4)
+    src = gp.open_corpus(path)
+    check = FileIdentity.check
+
+    def check_then_publish(self, file, stat=None):
+        check(self, file, stat)
+        if stat is None and not (tmp_path / "published").exists():
+            (tmp_path / "published").touch()
+            gp.write_corpus(path, [DOCS[0]], overwrite=True)  # one shard: the others go
+
+    monkeypatch.setattr(FileIdentity, "check", check_then_publish)
+    with pytest.raises(gp.CorpusError, match="changed since the corpus was opened") as err:
+        src[len(src) - 1]
+    assert not isinstance(err.value, gp.CorpusNotFoundError)

@@ -127,6 +127,8 @@ class OffsetsFile:
                 shape=(self.num_documents + 1,),
             )
         except (OSError, ValueError) as err:
+            if self.identity is not None:  # replaced or deleted since the check: say so
+                self.identity.check(self.path)
             raise CorpusError(
                 f"{self.path}: cannot map {self.num_documents + 1} int64 offsets at byte "
                 f"{self.byte_offset}: {err} (file truncated); rebuild the corpus"
@@ -242,6 +244,8 @@ def _read_exact(
             f.seek(offset)
             values = np.frombuffer(f.read(size), dtype=dtype)
     except OSError as err:
+        if identity is not None:  # replaced or deleted since it was opened: say so
+            identity.check(path)
         raise os_error(err, "reading") from err
     if values.size != count:
         raise CorpusError(

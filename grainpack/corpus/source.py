@@ -336,7 +336,10 @@ class TokenShardSource:
                 continue
             a = first - starts[k]
             b = min(stop, starts[k + 1]) - starts[k]
-            fd = os.open(index.path, os.O_RDONLY)
+            try:
+                fd = os.open(index.path, os.O_RDONLY)
+            except OSError:  # only advice: the read that follows names the problem
+                continue
             try:
                 os.posix_fadvise(
                     fd, index.byte_offset + 8 * a, 8 * (b - a + 1), os.POSIX_FADV_WILLNEED
@@ -442,6 +445,8 @@ class TokenShardSource:
                 start = record.byte_offset - record.byte_offset % mmap.ALLOCATIONGRANULARITY
                 mapped = mmap.mmap(f.fileno(), end - start, access=mmap.ACCESS_READ, offset=start)
         except OSError as err:
+            if identity is not None:  # replaced or deleted since the check above: say so
+                identity.check(record.tokens_path)
             raise os_error(err, "mapping") from err
         tokens = np.frombuffer(
             mapped, self._file_dtype, record.num_tokens, record.byte_offset - start
