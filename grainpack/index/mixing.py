@@ -335,9 +335,12 @@ class SlotMixer:
 
     def _ramp_beyond(self, h: np.ndarray, first: int, segment: Segment) -> Iterator[np.ndarray]:
         """For slots ``first + i`` (hashes ``h[i]``) inside a ramp, yields per source ``j`` but
-        the last whether each slot's hash is at or above the thresholds of sources ``0..j``
-        of its own step (so chooses a source after ``j``), as a ``(steps, slots_per_step)``
-        grid of the steps the slots touch (cells outside the slots are arbitrary)."""
+        the last whether each slot's hash is at or above the threshold of source ``j`` of
+        its own step (so chooses a source after ``j``), as a ``(steps, slots_per_step)``
+        grid of the steps the slots touch (cells outside the slots are arbitrary; the
+        buffer is reused). A ramp's weights are >= 0 (``a + (b - a) * x`` with ``a, b >= 0``
+        and ``0 <= x < 1`` rounds to >= 0), so running sums and thresholds never decrease
+        along the sources: being above threshold ``j`` implies being above all before it."""
         size = self.slots_per_step
         offset = first % size
         step0 = first // size
@@ -352,10 +355,10 @@ class SlotMixer:
         grid = np.empty(len(steps) * size, dtype=np.uint64)  # whole steps: no gather needed
         grid[offset : offset + len(h)] = h
         grid = grid.reshape(len(steps), size)
-        beyond = np.ones(grid.shape, dtype=bool)
+        beyond = np.empty(grid.shape, dtype=bool)
         for j in range(self.num_sources - 1):
-            beyond &= grid >= thresholds[:, j, None]
-            if never[:, j].any():
+            np.greater_equal(grid, thresholds[:, j, None], out=beyond)
+            if never[:, j].any():  # a threshold of 2**64: no hash reaches it
                 beyond &= ~never[:, j, None]
             yield beyond
 
