@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
-from absl import flags
 
 import grainpack as gp
 from grainpack.demo import BOUNDARY_ID, VOCAB_SIZE, write_demo_corpus
@@ -79,6 +78,5 @@ def main(workdir):
 
 
 if __name__ == "__main__":
-    flags.FLAGS.mark_as_parsed()  # Grain 0.2.18 workers read absl flags (google/grain#1355)
     with tempfile.TemporaryDirectory() as workdir:
         main(workdir)

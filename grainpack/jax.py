@@ -256,6 +256,11 @@ class DevicePrefetch(grain.DatasetIterator):
         self._shutdown(rewind=False)
         self._iterator.set_state(state)
 
+    def describe(self) -> dict[str, Any]:
+        """The wrapped iterator's description (saved beside the state by
+        :class:`grainpack.CheckpointSave`)."""
+        return self._iterator.describe()
+
     def close(self) -> None:
         """Stops the thread, drops the batches in flight and closes the wrapped iterator."""
         self._shutdown()

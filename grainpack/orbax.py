@@ -23,7 +23,12 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from grainpack.jax import process_index_and_count
-from grainpack.pipeline.dataset import COUNTED_STATE_KEYS, STATE_KEYS
+from grainpack.pipeline.dataset import (
+    COUNTED_STATE_KEYS,
+    STATE_KEYS,
+    ConfigMismatchError,
+    describe_changes,
+)
 
 _STATE_FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
 
@@ -60,6 +65,16 @@ def is_pipeline_state(state: Any) -> bool:
     return isinstance(state, Mapping) and set(state) in (set(STATE_KEYS), set(COUNTED_STATE_KEYS))
 
 
+def _saved_description(directory: epath.Path, state_file: str) -> dict[str, Any] | None:
+    """The description saved beside ``state_file`` (``process_i-of-n.json``), if any."""
+    path = directory / state_file.replace("process_", "pipeline_", 1)
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
 class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
     """Grain's Orbax handler whose restore also accepts another process count.
 
@@ -68,6 +83,17 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
     run has another process count; any other state (``grain.DataLoader``, ``mp_prefetch``
     or other nested Grain states) must be restored on the process count that saved it.
     """
+
+    def save(self, directory: epath.Path, item: Any = None, args: Any = None) -> None:
+        """Grain's save, plus ``pipeline_{i}-of-{n}.json``: what the fingerprint covers
+        (:meth:`~grainpack.PipelineIterator.describe`), for iterators that describe it."""
+        item = item or args.item
+        super().save(directory, item=item)
+        describe = getattr(item, "describe", None)
+        if describe is not None:
+            index, count = process_index_and_count()
+            text = json.dumps(describe(), indent=1, sort_keys=True)
+            (epath.Path(directory) / f"pipeline_{index}-of-{count}.json").write_text(text)
 
     def restore(self, directory: epath.Path, item: Any = None, args: Any = None) -> Any:
         item = item or args.item
@@ -82,7 +108,14 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
                 "grain.DataLoader or multi-worker Grain state is tied to its process count: "
                 "restore it with the original number of processes"
             )
-        item.set_state(state)
+        try:
+            item.set_state(state)
+        except ConfigMismatchError as err:
+            saved = _saved_description(epath.Path(directory), path.name)
+            if saved is None or not hasattr(item, "describe"):
+                raise
+            changes = describe_changes(saved, item.describe())
+            raise ConfigMismatchError(f"{err} What changed: {changes}.") from None
         if hasattr(item, "start_prefetch"):
             item.start_prefetch()
         return item

@@ -229,7 +229,7 @@ def test_merge_is_published_atomically(tmp_path, monkeypatch):
         raise OSError("killed before the corpus was published")
 
     merge_corpora([tmp_path / "a"], tmp_path / "out")
-    monkeypatch.setattr("grainpack.corpus.writer.Transaction._rename", killed)
+    monkeypatch.setattr("grainpack.corpus.transaction.Transaction._rename", killed)
     with pytest.raises(gp.CorpusError, match="killed"):
         merge_corpora([tmp_path / "a", tmp_path / "b"], tmp_path / "out", overwrite=True)
     monkeypatch.undo()

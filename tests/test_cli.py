@@ -285,3 +285,42 @@ def test_show_step_with_a_schedule(corpus, tmp_path, capsys):
     assert "--stage must look like STEP[+RAMP]:NAME=P" in capsys.readouterr().err
     assert main(["show-step", "6", *flags, "--weight", "a=1"]) == 1
     assert "either --weight (fixed weights) or --stage" in capsys.readouterr().err
+
+
+def test_first_hour_messages_and_inputs(tmp_path, capsys):
+    # Flags, not keyword arguments, in the command's errors.
+    np.save(tmp_path / "s.npy", np.array([5, 6, 0, 7, 0, 8]))
+    assert main(["build", str(tmp_path / "s.npy"), "-o", str(tmp_path / "a"), "--eos-id", "0"]) == 0
+    assert [d.tolist() for d in gp.open_corpus(tmp_path / "a")] == [[5, 6, 0], [7, 0], [8]]
+    assert main(["build", str(tmp_path / "s.npy"), "-o", str(tmp_path / "a")]) == 1
+    err = capsys.readouterr().err
+    assert "pass --overwrite to replace it" in err and "overwrite=True" not in err
+    args = ["build", str(tmp_path / "s.npy"), "-o", str(tmp_path / "b"), "--vocab-size", "70000"]
+    assert main(args) == 1
+    assert capsys.readouterr().err.rstrip().endswith("use --dtype uint32")
+    assert not (tmp_path / "b").exists()  # a failed build leaves nothing behind
+    # JSON lines of plain lists are documents; text files point to the way to build.
+    (tmp_path / "l.jsonl").write_text("[1, 2, 3]\n[4]\n")
+    assert main(["build", str(tmp_path / "l.jsonl"), "-o", str(tmp_path / "l")]) == 0
+    assert [d.tolist() for d in gp.open_corpus(tmp_path / "l")] == [[1, 2, 3], [4]]
+    (tmp_path / "x.txt").write_text("hello\n")
+    assert main(["inspect", str(tmp_path / "x.txt")]) == 1
+    assert "build one with `grainpack build" in capsys.readouterr().err
+    with pytest.raises(TypeError, match=r"found text .*tokenize it first"):
+        gp.write_corpus(tmp_path / "t", ["hello world"])
+
+
+def test_verify_and_inspect_say_what_a_flipped_byte_is(tmp_path, capsys):
+    gp.write_corpus(tmp_path / "v", [np.arange(1, 500) % 1000] * 5, vocab_size=1000)
+    gp.write_corpus(tmp_path / "nv", [np.arange(1, 50)])
+    tokens = tmp_path / "v" / "tokens-00000.bin"
+    data = bytearray(tokens.read_bytes())
+    data[11] ^= 0xFF
+    tokens.write_bytes(bytes(data))
+    assert main(["verify", str(tmp_path / "v")]) == 1
+    err = capsys.readouterr().err
+    assert "sha256 mismatch with manifest.json" in err and "also holds a bad id" in err
+    assert main(["inspect", str(tmp_path / "v")]) == 0
+    assert "WARNING  max_token_id 65,286 >= vocab_size 1,000" in capsys.readouterr().out
+    assert main(["verify", str(tmp_path / "nv")]) == 0
+    assert "- token ids < vocab_size: skipped (no vocab_size recorded)" in capsys.readouterr().out

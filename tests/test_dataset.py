@@ -531,3 +531,52 @@ def test_schedule_elastic_restore_across_stage_boundaries(larger_sources, order,
             it.set_state(saved[p % 2])
             per_process.append(take(it, 14 - save_step))
         assert_same_global_batches(reference[save_step:], per_process)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"weights": {"a": 0.5, "b": 0.5}}, "probabilities: [0.25, 0.75] -> [0.5, 0.5]"),
+        ({"block": 16}, "block: 8 -> 16"),
+        ({"seed": 10}, "seed: 9 -> 10"),
+        ({"order": "reversed"}, "the order of the sources: ['a', 'b'] -> ['b', 'a']"),
+        ({"corpus": "b"}, "the corpus of source 'b' changed (its content)"),
+        ({"drop": "b"}, "source 'b' was removed"),
+    ],
+)
+def test_a_refused_restore_names_what_changed(tmp_path, change, message):
+    from etils import epath
+
+    from grainpack.orbax import DataCheckpointHandler
+
+    rng = np.random.default_rng(0)
+    paths = {}
+    for name in ("a", "b", "c"):
+        paths[name] = str(tmp_path / name)
+        gp.write_corpus(paths[name], random_documents(rng, 30, 1, 40))
+    base = {"sources": {"a": paths["a"], "b": paths["b"]}, "block": 8, "global_batch_size": 4}
+    saved = dict(base, weights={"a": 0.25, "b": 0.75}, seed=9)
+    it = iter(gp.make_dataset(gp.PipelineConfig(**saved)))
+    take(it, 2)
+    (tmp_path / "data").mkdir()
+    DataCheckpointHandler().save(epath.Path(tmp_path / "data"), args=gp.CheckpointSave(it))
+    now = dict(saved)
+    if "order" in change:
+        now["sources"] = dict(reversed(list(base["sources"].items())))
+        now["weights"] = dict(reversed(list(saved["weights"].items())))
+    elif "corpus" in change:
+        now["sources"] = {"a": paths["a"], "b": paths["c"]}  # same name, other content
+    elif "drop" in change:
+        now["sources"], now["weights"] = {"a": paths["a"]}, None
+    else:
+        now.update(change)
+    restored = iter(gp.make_dataset(gp.PipelineConfig(**now)))
+    with pytest.raises(ValueError, match="another pipeline config or corpus") as refused:
+        DataCheckpointHandler().restore(
+            epath.Path(tmp_path / "data"), args=gp.CheckpointRestore(restored)
+        )
+    assert "What changed: " in str(refused.value) and message in str(refused.value)
+    if change == {"block": 16}:
+        assert str(refused.value).endswith("What changed: block: 8 -> 16.")  # only that
+    state = it.get_state()
+    assert all(type(v) is int for v in state.values())  # the state itself stays ints

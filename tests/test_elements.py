@@ -77,3 +77,22 @@ def test_expanded_batches_equal_single_batches_and_share_no_memory(tmp_path):
     assert not np.shares_memory(got[0]["inputs"], got[1]["inputs"])
     got[0]["inputs"][:] = -1  # a batch is the caller's to change
     assert (got[1]["inputs"] != -1).all()
+
+
+def test_a_workers_segment_is_unlinked_on_arrival_and_stays_readable():
+    import os
+
+    from grain._src.python.ipc.shared_memory_array import SharedMemoryArray
+
+    from grainpack.pipeline.elements import _unlink_now
+
+    sent = SharedMemoryArray((16,), np.uint8)
+    sent[:] = np.arange(16)
+    received = SharedMemoryArray.from_metadata(sent.metadata)
+    received.unlink_on_del()  # as Grain marks what reaches the main process
+    path = f"/dev/shm/{received.shm.name.lstrip('/')}"
+    assert os.path.exists(path)
+    _unlink_now(received)
+    assert not os.path.exists(path)
+    assert received.tolist() == list(range(16))
+    del sent, received  # closing later finds nothing left to unlink (no error)

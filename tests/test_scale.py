@@ -16,7 +16,7 @@ from grainpack.cli.scale import (
     sparse_lengths,
     write_sparse_corpus,
 )
-from grainpack.corpus.source import check_offsets
+from grainpack.corpus.shards import check_offsets
 from grainpack.corpus.summary import block_tokens
 
 

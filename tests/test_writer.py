@@ -132,7 +132,7 @@ def test_corpus_writer_without_exchange_renames_twice_and_recovers(tmp_path, mon
     """On file systems without ``RENAME_EXCHANGE`` an overwrite renames the old folder aside
     first; a writer killed between the two renames leaves nothing at the path until the next
     write puts the old corpus back."""
-    from grainpack.corpus import writer as module
+    from grainpack.corpus import transaction as module
 
     path = tmp_path / "c"
     write_corpus(path, [[1]])

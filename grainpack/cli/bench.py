@@ -405,7 +405,8 @@ def run_benchmarks(
         latency_batches = min(latency_batches, 1000)
     seconds, plan_documents, slot = (0.05, 10**5, 10**6) if quick else (1.0, 10**7, 10**8)
     if directory is None:
-        directory = Path.home() / ".cache" / "grainpack" / f"bench-{tokens}"
+        cache = os.environ.get("GRAINPACK_CACHE") or Path.home() / ".cache" / "grainpack"
+        directory = Path(cache) / f"bench-{tokens}"
     from absl import flags
 
     if not flags.FLAGS.is_parsed():
@@ -414,6 +415,12 @@ def run_benchmarks(
     t0 = time.perf_counter()
     paths = bench_corpus(directory, tokens)
     setup = time.perf_counter() - t0
+    size = sum(f.stat().st_size for f in Path(directory).rglob("*") if f.is_file())
+    print(
+        f"benchmark corpus: {directory} ({size / 2**20:,.0f} MiB, kept for the next run; "
+        "delete it when done)",
+        file=sys.stderr,
+    )
     _warm(paths)
     corpora = [open_corpus(p) for p in paths.values()]
     lengths = np.concatenate([c.lengths for c in corpora])

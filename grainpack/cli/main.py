@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -25,7 +26,8 @@ EPILOG = {
   grainpack build shards/*.npy -o corpus/ --dtype uint32 --vocab-size 100277
   grainpack build data.jsonl --field input_ids -o corpus/
   grainpack build /data/megatron/text_document -o corpus/     (a Megatron .bin/.idx prefix)
-  grainpack build seed_layout_dir/ -o corpus/ --eos-id 0      (index.json + raw uint16)""",
+  grainpack build stream.npy -o corpus/ --eos-id 0      (a 1-D stream split after each 0)
+  grainpack build flat_dir/ -o corpus/ --eos-id 0       (index.json + raw uint16 shards)""",
     "merge": """example (hard-links the shard files, so PARTS and -o share a file system):
   grainpack merge part-a/ part-b/ -o corpus/""",
     "inspect": "example:\n  grainpack inspect corpus/ --json",
@@ -75,8 +77,9 @@ def _parser() -> argparse.ArgumentParser:
         "inputs",
         nargs="+",
         help="with --tokenizer: .jsonl(.gz/.zst), .parquet, .txt(.gz/.zst) files, directories "
-        "or globs; else: .npy files, .jsonl(.gz) files of ids, a Megatron prefix or a "
-        "seed-layout directory",
+        "or globs; else: .npy files (a 1-D array is a document, a 2-D array a document per "
+        "row), .jsonl(.gz) files of ids, a Megatron prefix or a flat-shard directory with "
+        "index.json",
     )
     p.add_argument("-o", "--output", required=True, help="corpus directory to write")
     p.add_argument(
@@ -92,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
         "--eos-id",
         type=int,
         default=None,
-        help="seed layout: split documents after this token; recorded in the manifest",
+        help="ids only: split 1-D .npy streams and flat-shard shards into documents after "
+        "this token; recorded in the manifest",
     )
     p.add_argument(
         "--field",
@@ -461,7 +465,7 @@ def _build_ids(args: argparse.Namespace) -> None:
         src = convert.convert_corpus(inputs[0], output, dtype=args.dtype, **options)
     else:
         raise ValueError(
-            "inputs must be .npy files, .jsonl(.gz) files, or one Megatron prefix / seed-layout "
+            "inputs must be .npy files, .jsonl(.gz) files, or one Megatron prefix / flat-shard "
             f"directory; got {args.inputs} (text needs --tokenizer)"
         )
     print(
@@ -486,6 +490,12 @@ def _inspect(args: argparse.Namespace) -> None:
         elif isinstance(value, int):
             value = f"{value:,}"
         print(f"{key:>24}  {value}")
+    vocab, high = stats.get("vocab_size"), stats.get("max_token_id")
+    if vocab is not None and high is not None and high >= vocab:
+        print(
+            f"{'WARNING':>24}  max_token_id {high:,} >= vocab_size {vocab:,}: ids outside the "
+            "vocabulary (a corrupt file?); run grainpack verify"
+        )
 
 
 def _verify(args: argparse.Namespace) -> None:
@@ -497,7 +507,7 @@ def _verify(args: argparse.Namespace) -> None:
         f"{report.num_tokens:,} tokens in {report.num_shards} shard(s), {report.dtype}"
     )
     for check in report.checks:
-        print(f"  ✓ {check}")
+        print(f"  {'-' if 'skipped' in check else '✓'} {check}")
 
 
 def _show_step(args: argparse.Namespace) -> None:
@@ -599,6 +609,27 @@ def _stage_note(config: Any) -> str:
     return " (schedule " + "; ".join(stages) + ")"
 
 
+# Library messages name keyword arguments; the command line has flags for them.
+_FLAGS = (
+    (re.compile(r"\boverwrite=True\b"), "--overwrite"),
+    (re.compile(r"\bfield=<name>"), "--field NAME"),
+    (re.compile(r"\buse dtype='(uint16|uint32)'"), r"use --dtype \1"),
+    (re.compile(r"\bdrop vocab_size\b"), "drop --vocab-size"),
+)
+
+
+def _in_flags(message: str) -> str:
+    """An error message with the keyword arguments it suggests spelled as flags.
+
+    Example:
+      >>> _in_flags("corpus/ already holds a corpus; pass overwrite=True to replace it")
+      'corpus/ already holds a corpus; pass --overwrite to replace it'
+    """
+    for pattern, flag in _FLAGS:
+        message = pattern.sub(flag, message)
+    return message
+
+
 def _number(x: float) -> float | None:
     """JSON has no NaN: ``None`` stands for an undefined figure."""
     return None if math.isnan(x) else x
@@ -656,7 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         COMMANDS[args.command](args)
     except (ValueError, TypeError, IndexError, OSError) as error:
-        print(f"grainpack {args.command}: error: {error}", file=sys.stderr)
+        print(f"grainpack {args.command}: error: {_in_flags(str(error))}", file=sys.stderr)
         return 1
     return 0
 

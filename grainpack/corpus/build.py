@@ -36,7 +36,8 @@ from grainpack.corpus.native import MANIFEST_NAME, read_manifest
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
 from grainpack.corpus.tokenizers import Tokenizer, load_tokenizer
-from grainpack.corpus.writer import CorpusWriter, Transaction
+from grainpack.corpus.transaction import Transaction
+from grainpack.corpus.writer import CorpusWriter
 
 __all__ = ["BuildPlan", "build_corpus", "build_part", "merge_corpora", "plan_build"]
 
@@ -252,7 +253,7 @@ def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list
     if (out / MANIFEST_NAME).exists() and not overwrite:
         raise CorpusExistsError(
             f"{out} already holds a corpus ({MANIFEST_NAME} present); pass overwrite=True "
-            "(--overwrite) to replace it"
+            "to replace it"
         )
     stage = parts_folder(out)
     plan_file = stage / "plan.json"

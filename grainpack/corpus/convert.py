@@ -99,9 +99,11 @@ def convert_npy(
 ) -> TokenShardSource:
     """Converts ``.npy`` token arrays into a native corpus at ``out``.
 
-    A 1-D integer array is one document; a 2-D array is one document per row (rows are stored
-    whole: padding is not removed). Files are read in the given order; a directory stands for
-    its ``*.npy`` files in sorted order. Options are those of ``CorpusWriter``.
+    A 1-D integer array is one document, or, with ``eos_id``, a stream split after every
+    ``eos_id`` (a document ends with its eos; tokens after the last one form a final
+    document). A 2-D array is one document per row (rows are stored whole: padding is not
+    removed). Files are read in the given order; a directory stands for its ``*.npy`` files
+    in sorted order. Options are those of ``CorpusWriter`` (``eos_id`` is also recorded).
 
     Raises:
         ValueError/TypeError: A file is not a 1-D/2-D integer array, or an id does not fit
@@ -113,6 +115,9 @@ def convert_npy(
         >>> np.save(f"{d}/a.npy", np.array([[1, 2], [3, 4]]))
         >>> [x.tolist() for x in convert_npy(f"{d}/a.npy", f"{d}/out")]
         [[1, 2], [3, 4]]
+        >>> np.save(f"{d}/s.npy", np.array([5, 6, 0, 7, 0, 8]))
+        >>> [x.tolist() for x in convert_npy(f"{d}/s.npy", f"{d}/split", eos_id=0)]
+        [[5, 6, 0], [7, 0], [8]]
     """
     arrays = [(path, _load_npy(path)) for path in _input_files(paths, (".npy",))]
     total = sum(a.size for _, a in arrays)
@@ -122,9 +127,14 @@ def convert_npy(
         bar,
     ):
         for path, array in arrays:
-            rows = array[None] if array.ndim == 1 else array
+            if array.ndim == 1 and eos_id is not None:
+                ends = np.flatnonzero(array == eos_id) + 1
+                rows = np.split(array, ends[ends < array.size])
+                where = "document"
+            else:
+                rows, where = array[None] if array.ndim == 1 else array, "row"
             for r, row in enumerate(rows):
-                _add(writer, np.asarray(row), f"{path} row {r}")
+                _add(writer, np.asarray(row), f"{path} {where} {r}")
                 bar.update(row.size)
     return open_corpus(out)
 
@@ -154,7 +164,8 @@ def convert_jsonl(
 ) -> TokenShardSource:
     """Converts JSON-lines files (``.jsonl``, ``.jsonl.gz``) into a native corpus at ``out``.
 
-    Each non-blank line is a JSON object whose ``field`` is a list of token ids: one document.
+    Each non-blank line is one document: a JSON list of token ids, or a JSON object whose
+    ``field`` is one.
     Blank lines are skipped. A directory stands for its ``*.jsonl``/``*.jsonl.gz`` files, sorted.
 
     Raises:
@@ -187,11 +198,11 @@ def convert_jsonl(
                         f"{path}:{lineno}: invalid JSON ({err.msg}); each line must "
                         "be one JSON object"
                     ) from None
-                ids = record.get(field) if isinstance(record, dict) else None
+                ids = record.get(field) if isinstance(record, dict) else record
                 if not isinstance(ids, list):
                     found = sorted(record) if isinstance(record, dict) else type(record).__name__
                     raise ValueError(
-                        f"{path}:{lineno}: expected an object with a list of ids in "
+                        f"{path}:{lineno}: expected a list of ids, or an object with one in "
                         f"{field=}, found {found}; pass field=<name>"
                     )
                 try:

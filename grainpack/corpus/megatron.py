@@ -16,12 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from grainpack.corpus.errors import CorpusError, os_error
-from grainpack.corpus.source import (
-    FileIdentity,
-    LengthsFile,
-    ShardRecord,
-    TokenShardSource,
-)
+from grainpack.corpus.shards import FileIdentity, LengthsFile, ShardRecord
+from grainpack.corpus.source import TokenShardSource
 
 _MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
 _MEGATRON_HEADER = 34

@@ -49,12 +49,8 @@ import numpy as np
 
 from grainpack.checks import is_int
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError, os_error
-from grainpack.corpus.source import (
-    FileIdentity,
-    OffsetsFile,
-    ShardRecord,
-    TokenShardSource,
-)
+from grainpack.corpus.shards import FileIdentity, OffsetsFile, ShardRecord
+from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import summary_pieces
 
 __all__ = [
@@ -227,6 +223,12 @@ def fingerprint_of(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
+_INPUT_SUFFIXES = (
+    ".txt", ".txt.gz", ".txt.zst", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".parquet",
+    ".npy",
+)  # fmt: skip
+
+
 def not_a_corpus(path: Path) -> str:
     """Why ``path`` is not a corpus, with what a killed writer may have left there."""
     hint = ""
@@ -235,6 +237,12 @@ def not_a_corpus(path: Path) -> str:
             hint = (
                 " It holds shard files but no manifest: the write was interrupted (by an "
                 "older grainpack); rewrite it."
+            )
+        elif path.is_file() and path.name.endswith(_INPUT_SUFFIXES):
+            hint = (
+                f" {path.name} is input for a corpus: build one with `grainpack build {path} "
+                "-o CORPUS` (text needs --tokenizer; gp.build_corpus, gp.convert_npy and "
+                "gp.convert_jsonl do the same in Python)."
             )
         elif not path.exists():
             aside = sorted(path.parent.glob(f".{glob.escape(path.name)}.old-*"))

@@ -19,7 +19,8 @@ import tqdm
 from grainpack.corpus.errors import CorpusError, os_error
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import MANIFEST_NAME, content_digest, read_manifest
-from grainpack.corpus.source import TokenShardSource, check_offsets
+from grainpack.corpus.shards import check_offsets
+from grainpack.corpus.source import TokenShardSource
 
 __all__ = ["CorpusError", "VerifyReport", "describe_corpus", "verify_corpus"]
 
@@ -118,21 +119,30 @@ def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> tuple
         local = np.frombuffer(raw, "<i8")
         check_offsets(local, s["num_tokens"], str(offsets_file))
         offsets_hash.update((local[1:] + position).astype("<i8").tobytes())
-        digest = hashlib.sha256()
+        digest, bad_id = hashlib.sha256(), None
         try:
             with open(tokens_file, "rb") as f:
                 while chunk := f.read(chunk_tokens * dtype.itemsize):
                     digest.update(chunk)
                     stream.update(chunk)
                     tokens = np.frombuffer(chunk, dtype)
-                    _, h = _scan_ids(tokens, position, m["vocab_size"], str(tokens_file))
+                    try:
+                        _, h = _scan_ids(tokens, position, m["vocab_size"], str(tokens_file))
+                    except CorpusError as err:  # reported after the checksum: which is it?
+                        bad_id = bad_id or err
+                        h = int(tokens.max())
                     high = h if high is None else max(high, h)
                     position += tokens.size
                     bar.update(tokens.size)
         except OSError as err:
             raise os_error(err, "verifying") from err
         if digest.hexdigest() != s["tokens_sha256"]:
-            raise _mismatch(tokens_file, "sha256")
+            error = _mismatch(tokens_file, "sha256")
+            if bad_id is not None:  # a changed byte reads as an odd id: the checksum says why
+                raise CorpusError(f"{error} (it now also holds a bad id: {bad_id})") from None
+            raise error
+        if bad_id is not None:
+            raise bad_id
     checks = ["sha256 checksums", "shard offsets"]
     content = content_digest(stream.hexdigest(), offsets_hash.hexdigest())
     if "content_sha256" in m:
@@ -220,6 +230,8 @@ def verify_corpus(
     checks += ["each file listed once", "document offsets", "token ids >= 0"]
     if source.vocab_size is not None:
         checks.append(f"token ids < vocab_size={source.vocab_size}")
+    else:
+        checks.append("token ids < vocab_size: skipped (no vocab_size recorded)")
     if source.eos_id is not None:
         _check_eos(source, str(path))
         checks.append(f"eos_id={source.eos_id} is a token id")

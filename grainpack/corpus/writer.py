@@ -1,46 +1,23 @@
 """``CorpusWriter``/``write_corpus``: the native format's writer (see :mod:`grainpack.corpus`).
 
-A write is a transaction. For a target ``DIR/NAME`` (symbolic links resolved):
-
-1. ``DIR/.NAME.lock`` is locked (``flock``, exclusive, held until the write ends); a second
-   writer of the same path is refused with :class:`CorpusExistsError`. Leftovers of killed
-   writers are then cleaned: ``DIR/.NAME.tmp-*`` folders are deleted (their writers are dead:
-   they would hold the lock), an interrupted two-rename overwrite is rolled back.
-2. Shards and the manifest are written into a private folder ``DIR/.NAME.tmp-<pid>-<random>``
-   and fsync'd; nothing at ``DIR/NAME`` changes meanwhile, so the corpus being replaced can be
-   read while its replacement is written (filtering a corpus in place works).
-3. ``close()`` publishes the folder with one atomic rename that never replaces a corpus
-   unless ``overwrite=True``: onto a free path (``renameat2(RENAME_NOREPLACE)``), else by
-   exchanging it with what is there (``renameat2(RENAME_EXCHANGE)``: an empty folder, the
-   leftovers of an older writer, or the old corpus), whose files are then deleted. Where the
-   file system cannot exchange, the old folder is renamed aside first: a crash between the
-   two renames leaves nothing at ``DIR/NAME`` until the next write restores the old corpus.
+Every write is a :class:`~grainpack.corpus.transaction.Transaction`: shards and the
+manifest go to a private folder next to the target, published by one atomic rename under an
+exclusive lock, so the target holds the old complete corpus or the new one at every instant.
 
 With ``shuffle=seed`` documents are stored in a seeded random order, so storage order
 carries no clustering into the blocks of the blocked order: stored document ``i`` is input
 document ``shuffled_order(i, N, seed)`` (a keyed bijection; the seed is recorded in the
 manifest as ``shuffle_seed``). The input is first written to a corpus inside the private
 folder and copied out in that order (twice the disk while writing, ``O(1)`` memory).
-
-So ``DIR/NAME`` holds the old complete corpus or the new one at every instant, never a mix and
-(on Linux file systems that exchange: ext4, xfs, btrfs, tmpfs, ...) never nothing; a failed or
-killed write changes nothing there. Readers of the old corpus detect its replacement at their
-next read (:class:`~grainpack.corpus.source.FileIdentity`) instead of mixing old and new files.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
-import fcntl
-import glob
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import struct
-import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -49,24 +26,23 @@ from typing import Any
 import numpy as np
 
 from grainpack.checks import check_int, is_int
-from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
+from grainpack.corpus.errors import CorpusError, os_error
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import (
     DTYPES,
     FORMAT_NAME,
     FORMAT_VERSION,
-    MANIFEST_NAME,
     MAX_TOKEN_ID,
-    SHARD_FILE,
     PathLike,
     content_digest,
     plain_int,
 )
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
+from grainpack.corpus.transaction import Transaction
 from grainpack.index.blocked import feistel, mix_key
 
-__all__ = ["CorpusWriter", "Transaction", "shuffle_corpus", "shuffled_order", "write_corpus"]
+__all__ = ["CorpusWriter", "shuffle_corpus", "shuffled_order", "write_corpus"]
 
 SHUFFLE_STREAM = 0x5AFF1E
 SHUFFLE_STAGING = ".shuffle-input"  # inside the private folder: the input in input order
@@ -80,32 +56,6 @@ def shuffled_order(stored: Any, num_documents: int, seed: int) -> np.ndarray:
         [0, 1, 2, 3, 4]
     """
     return feistel(np.asarray(stored), num_documents, mix_key(seed, SHUFFLE_STREAM))
-
-
-_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
-_AT_FDCWD = -100
-
-
-def _renameat2(src: Path, dst: Path, flags: int) -> bool:
-    """``renameat2(src, dst, flags)``; ``False`` if the system or file system lacks it."""
-    try:
-        call = ctypes.CDLL(None, use_errno=True).renameat2
-    except AttributeError:  # not glibc >= 2.28 / not Linux
-        return False
-    if call(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
-        return False
-    raise OSError(code, os.strerror(code), str(src), None, str(dst))
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _check_options(
@@ -139,6 +89,12 @@ def _check_options(
 def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) -> np.ndarray:
     """``tokens`` as a 1-D integer array whose ids are all in ``[0, dmax]`` and below
     ``vocab_size``, or raises naming the document, the id and the fix."""
+    if isinstance(tokens, str | bytes):
+        raise TypeError(
+            f"document {index}: expected token ids, found text ({tokens[:40]!r}); tokenize it "
+            "first: gp.build_corpus(files, out, tokenizer=...) or `grainpack build FILES "
+            "--tokenizer SPEC -o OUT` build a corpus from text"
+        )
     try:
         arr = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
     except (ValueError, OverflowError) as err:
@@ -146,7 +102,7 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
     if arr.ndim != 1:
         raise ValueError(
             f"document {index}: expected a 1-D sequence of token ids, found shape "
-            f"{arr.shape}; add one document per add() call"
+            f"{arr.shape}; give one document (a list or 1-D array of ids) at a time"
         )
     if arr.size == 0:
         return arr
@@ -288,199 +244,6 @@ class _ShardFiles:
 
 
 # -- the transaction: lock, target, staging folder, publish ----------------------------------
-
-
-def _target(path: Path) -> Path:
-    """``path`` with symbolic links resolved (writers of one corpus share one lock)."""
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        pass  # nothing there yet (a dangling link is written through)
-    except OSError as err:
-        raise os_error(err, "cannot write a corpus at") from err
-    target = Path(os.path.realpath(path))
-    if not target.name:
-        raise CorpusError(f"cannot write a corpus at {path}: choose a directory below {target}")
-    return target
-
-
-class _Lock:
-    """``flock`` on ``DIR/.NAME.lock``, the file removed on release (a reused path is
-    re-checked on acquire, so a writer never holds a lock on a deleted file)."""
-
-    def __init__(self, target: Path) -> None:
-        self.path = target.parent / f".{target.name}.lock"
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-                os.close(fd)
-                raise CorpusExistsError(
-                    f"another write to {target} is in progress (process {holder} holds "
-                    f"{self.path}); wait for it to finish, or write elsewhere"
-                ) from None
-            try:
-                current = os.stat(self.path).st_ino
-            except FileNotFoundError:
-                current = None
-            if current == os.fstat(fd).st_ino:
-                break
-            os.close(fd)  # the file was removed by its previous holder: lock the new one
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self.fd: int | None = fd
-
-    def release(self) -> None:
-        if self.fd is not None:
-            self.path.unlink(missing_ok=True)
-            os.close(self.fd)
-            self.fd = None
-
-
-def _leftovers(target: Path, kind: str) -> list[Path]:
-    return sorted(target.parent.glob(f".{glob.escape(target.name)}.{kind}-*"))
-
-
-def _recover(target: Path) -> None:
-    """Under the lock: undoes what killed writers left next to ``target``."""
-    aside = _leftovers(target, "old")
-    if aside and not target.exists():  # killed between the two renames of an overwrite
-        os.rename(aside.pop(), target)
-    for folder in aside + _leftovers(target, "tmp"):
-        shutil.rmtree(folder)
-
-
-def _corpus_files(directory: Path, names: list[str]) -> set[str]:
-    """Entries of ``directory`` that belong to a corpus (or to an interrupted write of one)."""
-    own = {n for n in names if SHARD_FILE.fullmatch(n) or n.startswith(f".{MANIFEST_NAME}.")}
-    if MANIFEST_NAME in names:
-        own.add(MANIFEST_NAME)
-        try:
-            manifest = json.loads((directory / MANIFEST_NAME).read_bytes())
-            for shard in manifest["shards"]:
-                own.update(str(shard[key]) for key in ("tokens_file", "offsets_file"))
-        except (OSError, ValueError, RecursionError, TypeError, KeyError):
-            pass  # an unreadable manifest: its shard files are recognised by name
-    return own
-
-
-def _replaceable(target: Path, overwrite: bool) -> bool:
-    """Whether ``target`` exists (it will be exchanged); raises if it must not be replaced."""
-    try:
-        stat = os.stat(target)
-    except FileNotFoundError:
-        return False
-    except OSError as err:
-        raise os_error(err, "cannot write a corpus at") from err
-    if not os.path.isdir(target):
-        raise CorpusExistsError(f"{target} exists and is not a directory; choose another path")
-    try:
-        names = os.listdir(target)
-    except OSError as err:
-        raise os_error(err, "cannot write a corpus at") from err
-    if "index.json" in names:
-        raise CorpusExistsError(
-            f"{target} holds a seed-layout corpus (index.json); write elsewhere"
-        )
-    if MANIFEST_NAME in names and not overwrite:
-        raise CorpusExistsError(
-            f"{target} already holds a corpus ({MANIFEST_NAME} present); "
-            "pass overwrite=True to replace it"
-        )
-    foreign = sorted(set(names) - _corpus_files(target, names))
-    if foreign:
-        raise CorpusExistsError(
-            f"{target} holds files that are not part of a corpus ({', '.join(foreign[:5])}"
-            f"{', ...' if len(foreign) > 5 else ''}); a write replaces the whole directory: "
-            "move them away or write to a new directory"
-        )
-    if stat.st_dev != os.stat(target.parent).st_dev:
-        raise CorpusError(
-            f"{target} is a mount point: a corpus is published by renaming a folder written "
-            f"next to it, so write to a directory inside it (e.g. {target / 'corpus'})"
-        )
-    return True
-
-
-class Transaction:
-    """One write of the corpus at ``path``: a private staging folder next to it, under an
-    exclusive lock, published by one atomic rename (see the module docstring).
-
-    :class:`CorpusWriter` writes through one; so does anything that assembles a corpus
-    from existing files (``merge_corpora``). An unpublished transaction (an exception, a
-    forgotten ``publish``, a dead process) changes nothing at ``path``.
-
-    Args:
-        path: The corpus directory to write (see :class:`CorpusWriter`).
-        overwrite: Replace a complete corpus at ``path``.
-    """
-
-    def __init__(self, path: PathLike, *, overwrite: bool) -> None:
-        self.path, self.overwrite = Path(path), overwrite
-        self.target = target = _target(self.path)
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            self._lock = _Lock(target)
-        except CorpusError:
-            raise
-        except OSError as err:
-            raise os_error(err, "cannot write a corpus at") from err
-        try:
-            _recover(target)
-            _replaceable(target, overwrite)
-            self._token = f"{os.getpid()}-{secrets.token_hex(4)}"
-            self.staging = target.parent / f".{target.name}.tmp-{self._token}"
-            self.staging.mkdir()
-        except BaseException as err:
-            self._lock.release()
-            if isinstance(err, OSError) and not isinstance(err, CorpusError):
-                raise os_error(err, "cannot write a corpus at") from err
-            raise
-        # An unpublished transaction (an exception without ``with``, a forgotten close) is
-        # aborted when it is collected or the interpreter exits.
-        self._cleanup = weakref.finalize(self, _abandon, self.staging, self._lock)
-
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
-        """Writes ``manifest.json`` into the staging folder, durably."""
-        with open(self.staging / MANIFEST_NAME, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(self.staging)
-
-    def publish(self) -> None:
-        """One atomic rename of the staging folder to the target; releases the lock."""
-        try:
-            self._rename()
-        except BaseException as err:
-            self.abort()
-            if isinstance(err, OSError) and not isinstance(err, CorpusError):
-                raise os_error(err, f"writing {self.path} (nothing was published) in") from err
-            raise
-        self._cleanup.detach()
-        self._lock.release()
-
-    def _rename(self) -> None:
-        target, staging = self.target, self.staging
-        if not _replaceable(target, self.overwrite):
-            if not _renameat2(staging, target, _RENAME_NOREPLACE):
-                os.rename(staging, target)  # under the lock: no grainpack writer races it
-        elif not _renameat2(staging, target, _RENAME_EXCHANGE):
-            aside = target.parent / f".{target.name}.old-{self._token}"
-            os.rename(target, aside)
-            os.rename(staging, target)  # a crash before this line: the next write restores
-            staging = aside
-        _fsync_dir(target.parent)
-        # The replaced folder: readers that mapped its files keep them until they unmap.
-        if staging.exists():
-            shutil.rmtree(staging)
-
-    def abort(self) -> None:
-        """Removes the staging folder and releases the lock; nothing at ``path`` changes."""
-        self._cleanup()
 
 
 class CorpusWriter:
@@ -680,12 +443,6 @@ class CorpusWriter:
             self.close()
         else:
             self.abort()
-
-
-def _abandon(staging: Path, lock: _Lock) -> None:
-    """Removes an unpublished staging folder and releases the lock."""
-    shutil.rmtree(staging, ignore_errors=True)
-    lock.release()
 
 
 def write_corpus(

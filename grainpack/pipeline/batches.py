@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,11 @@ def _check_ids_fit(name: str, path: str, source: TokenShardSource) -> None:
 # copies and hashes the order (about 24 more). Windows unit: lengths and the identity bounds
 # (16), plus 8 per window of the epoch's permutation.
 EXACT_BYTES_PER_DOCUMENT, SELECTOR_BYTES_PER_DOCUMENT = 34, 24
+
+
+def _digest(value: Any) -> int:
+    text = json.dumps(value, sort_keys=True)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 
 class PipelineBatches:
@@ -237,15 +243,24 @@ class PipelineBatches:
 
     # -- identity ---------------------------------------------------------------------
 
-    @functools.cached_property
-    def fingerprint(self) -> int:
-        """63-bit digest of the config and the corpora's content fingerprints."""
+    def _description(self) -> dict[str, Any]:
         description = self.config.description()
         description["corpora"] = [s.fingerprint for s in self.sources]
         description["evaluation"] = self.evaluation
         description["format_version"] = FORMAT_VERSION
-        text = json.dumps(description, sort_keys=True)
-        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+        return description
+
+    @functools.cached_property
+    def fingerprint(self) -> int:
+        """63-bit digest of the config and the corpora's content fingerprints."""
+        return _digest(self._description())
+
+    def describe(self) -> dict[str, Any]:
+        """The fingerprint's content, readable: the config's description, each source's
+        corpus fingerprint by name, the evaluation source and the format version."""
+        description = self._description()
+        description["corpora"] = dict(zip(description["sources"], description["corpora"]))
+        return description
 
     def __repr__(self) -> str:
         return (

@@ -49,6 +49,10 @@ def _absl_flags_parsed() -> None:
         flags.FLAGS.mark_as_parsed()
 
 
+class ConfigMismatchError(ValueError):
+    """A state saved with another pipeline config or corpus (its fingerprint differs)."""
+
+
 def _importing_main_in_a_child() -> bool:
     """Whether this is a spawned child still running the parent's main script."""
     return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
@@ -173,6 +177,12 @@ class PipelineIterator(grain.DatasetIterator):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def describe(self) -> dict[str, Any]:
+        """What the fingerprint covers, readable (JSON): the config's description and each
+        source's corpus fingerprint by name. Saved beside the state by
+        :class:`grainpack.CheckpointSave`, so a refused restore says what changed."""
+        return self._batches.describe()
+
     def get_state(self) -> dict[str, Any]:
         """The data state: the global step of the next batch, plus identity checks.
 
@@ -242,11 +252,12 @@ class PipelineIterator(grain.DatasetIterator):
             state["fingerprint"] != self._batches.fingerprint
             and not self._options.ignore_fingerprint_mismatch
         ):
-            raise ValueError(
+            raise ConfigMismatchError(
                 "the checkpoint was made with another pipeline config or corpus (fingerprint "
-                f"{state['fingerprint']:016x} != {self._batches.fingerprint:016x}); resuming "
-                "would train on different data. Restore with the original config, or pass "
-                "ignore_fingerprint_mismatch=True to make_dataset to accept the change"
+                f"{state['fingerprint']} in the checkpoint, {self._batches.fingerprint} now); "
+                "resuming would train on different data. Restore with the original config, or "
+                "pass ignore_fingerprint_mismatch=True to make_dataset to accept the change. "
+                "(A checkpoint saved with gp.CheckpointSave also names what changed.)"
             )
         step = state["step"]
         if "counts" in state and state["fingerprint"] == self._batches.fingerprint:
@@ -288,6 +299,37 @@ class PipelineIterator(grain.DatasetIterator):
                 if (q, other) != (p, count) and batch_digest(rows) == state["digest"]:
                     raise _verification_failed(step, (q, other))
         raise _verification_failed(step, None)
+
+
+def describe_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    """What differs between two :meth:`PipelineIterator.describe` outputs, in words.
+
+    Example:
+      >>> a = {"block": 8, "sources": ["en", "fr"], "corpora": {"en": "1", "fr": "2"}}
+      >>> describe_changes(a, {**a, "block": 16, "corpora": {"en": "1", "fr": "3"}})
+      "block: 8 -> 16; the corpus of source 'fr' changed (its content)"
+    """
+    words = []
+    for key in sorted(set(saved) | set(current)):
+        old, new = saved.get(key), current.get(key)
+        if old == new:
+            continue
+        if key == "corpora" and isinstance(old, Mapping) and isinstance(new, Mapping):
+            for name in sorted(set(old) | set(new)):
+                if name not in old:
+                    words.append(f"source {name!r} was added")
+                elif name not in new:
+                    words.append(f"source {name!r} was removed")
+                elif old[name] != new[name]:
+                    words.append(f"the corpus of source {name!r} changed (its content)")
+        elif key == "sources" and sorted(old or []) == sorted(new or []):
+            words.append(
+                f"the order of the sources: {old} -> {new} (the order matters: source j is "
+                "seeded seed + j and takes slots by the cumulative weights)"
+            )
+        elif key != "sources":
+            words.append(f"{key}: {old} -> {new}")
+    return "; ".join(words) or "nothing that is described"
 
 
 def _verification_failed(step: int, found: tuple[int, int] | None) -> ValueError:

@@ -60,6 +60,15 @@ class PlannedSteps:
         return plan.to_element() if self.as_bytes else plan
 
 
+def _unlink_now(buffer: np.ndarray) -> None:
+    """Unlinks the shared-memory segment a worker sent ``buffer`` in, at once: the mapping
+    stays valid until the array goes, and no segment is left for Grain's deferred deletion
+    (a thread) to miss when the interpreter exits."""
+    if getattr(buffer, "_unlink_on_del", False):
+        buffer.shm.unlink()
+        buffer._unlink_on_del = False
+
+
 class ExpandedBatches:
     """Consumer side of :class:`PlannedSteps`: reads and expands :func:`group_rows` rows at
     once and yields one batch per ``next`` (in the compact layout, reads one batch at a
@@ -82,6 +91,7 @@ class ExpandedBatches:
             if self.plan is None or self.next_row == self.plan.num_rows:
                 element = next(self.elements)
                 if not isinstance(element, PackedRows):
+                    _unlink_now(element["bytes"])
                     element = PackedRows.from_element(element)
                 self.plan, self.next_row = element, 0
                 self.reader = self.batches.reader(element)
@@ -106,3 +116,8 @@ class ExpandedBatches:
 
     def close(self) -> None:
         self.elements.close()
+        # Then the current element: with workers it is a view of a shared-memory segment,
+        # released (unlinked) when its last reference goes. Dropping it before Grain has
+        # stopped its workers made close() wait for them.
+        self.plan = self.reader = self.described = None
+        self.pending.clear()

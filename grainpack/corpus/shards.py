@@ -1,0 +1,280 @@
+"""Shards: where a corpus's tokens live, how their documents are found, and how a file
+that changed under a reader is recognised.
+
+A :class:`ShardRecord` names a token file and its :class:`DocumentIndex`, the one interface
+every on-disk format implements: :class:`OffsetsFile` (native, memory-mapped int64
+offsets), :class:`LengthsFile` (Megatron's int32 lengths), :class:`SplitAfter` (documents
+end after an eos id) and :class:`WholeShard`. Each file's :class:`FileIdentity` (device,
+inode, size, modification time) is recorded when the corpus is opened and compared before
+reads, so a truncated, rewritten or replaced file raises a :class:`CorpusError` naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from grainpack.corpus.errors import CorpusError, os_error
+
+__all__ = [
+    "DocumentIndex",
+    "FileIdentity",
+    "LengthsFile",
+    "OffsetsFile",
+    "ShardRecord",
+    "SplitAfter",
+    "WholeShard",
+    "check_offsets",
+]
+
+# Scans (eos splitting) touch at most this many tokens at once: 16M tokens = 32-64 MB.
+SCAN_CHUNK_TOKENS = 1 << 24
+
+
+@dataclasses.dataclass(frozen=True)
+class FileIdentity:
+    """What a file was when a corpus was opened; a file that no longer matches changed.
+
+    A rewrite in place changes the size or the modification time, a replacement (a rename
+    over it, an ``overwrite=True`` write) the inode. Undetectable: a rewrite that keeps the
+    size and restores the modification time, or one that lands within the file system's
+    timestamp granularity (a few milliseconds) of the recorded one.
+
+    Example:
+        >>> import tempfile
+        >>> path = tempfile.mkdtemp() + "/f"
+        >>> _ = open(path, "wb").write(b"1234")
+        >>> identity = FileIdentity.of(os.stat(path))
+        >>> _ = open(path, "r+b").truncate(2)
+        >>> identity.check(path)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        grainpack.corpus.errors.CorpusError: ... changed since the corpus was opened (size 4 -> 2 bytes)...
+    """  # noqa: E501
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, stat: os.stat_result) -> FileIdentity:
+        return cls(stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    def check(self, path: str, stat: os.stat_result | None = None) -> None:
+        """Raises :class:`CorpusError` unless ``path`` (or its ``stat``) is still this file."""
+        if stat is None:
+            try:
+                stat = os.stat(path)
+            except FileNotFoundError:
+                stat = None
+            except OSError as err:
+                raise os_error(err, "reading") from err
+        if (
+            stat is not None
+            and stat.st_mtime_ns == self.mtime_ns
+            and stat.st_size == self.size
+            and stat.st_ino == self.inode
+            and stat.st_dev == self.device
+        ):
+            return
+        now = None if stat is None else FileIdentity.of(stat)
+        if now is None:
+            what = "deleted"
+        elif (now.device, now.inode) != (self.device, self.inode):
+            what = "replaced by another file"
+        elif now.size != self.size:
+            what = f"size {self.size} -> {now.size} bytes"
+        else:
+            what = "modified in place: same size, new modification time"
+        raise CorpusError(
+            f"{path}: changed since the corpus was opened ({what}); it was rewritten while "
+            "being read. Reopen the corpus (a training job: restart it from its checkpoint, "
+            "whose fingerprint and digest tell whether the data changed); to update a corpus "
+            "that jobs read, write a new directory or use overwrite=True, never edit files"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class OffsetsFile:
+    """Native offsets: ``num_documents + 1`` little-endian int64 at ``path[byte_offset:]``."""
+
+    path: str
+    num_documents: int
+    byte_offset: int = 0
+    identity: FileIdentity | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def local_offsets(self, shard: ShardRecord, tokens: Callable[[], np.ndarray]) -> np.ndarray:
+        offsets = self.mapped()
+        check_offsets(offsets, shard.num_tokens, self.path)
+        return offsets
+
+    def mapped(self) -> np.ndarray:
+        """The offsets as a read-only map of the file (values not checked; no copy), after
+        checking that the file is the one the corpus was opened with."""
+        try:
+            if self.identity is not None:
+                self.identity.check(self.path)
+            mapped = np.memmap(
+                self.path,
+                dtype="<i8",
+                mode="r",
+                offset=self.byte_offset,
+                shape=(self.num_documents + 1,),
+            )
+        except (OSError, ValueError) as err:
+            raise CorpusError(
+                f"{self.path}: cannot map {self.num_documents + 1} int64 offsets at byte "
+                f"{self.byte_offset}: {err} (file truncated); rebuild the corpus"
+            ) from err
+        return np.asarray(mapped)  # a plain ndarray view: cheaper indexing than np.memmap
+
+
+@dataclasses.dataclass(frozen=True)
+class LengthsFile:
+    """Megatron's index: ``num_documents`` little-endian int32 lengths at
+    ``path[byte_offset:]``."""
+
+    path: str
+    num_documents: int
+    byte_offset: int = 0
+    identity: FileIdentity | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def local_offsets(self, shard: ShardRecord, tokens: Callable[[], np.ndarray]) -> np.ndarray:
+        lengths = _read_exact(self.path, "<i4", self.num_documents, self.byte_offset, self.identity)
+        offsets = np.zeros(lengths.size + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        check_offsets(offsets, shard.num_tokens, self.path)
+        return offsets
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitAfter:
+    """Documents end after every ``eos_id`` token of the shard (tokens after the last one
+    form a final document). The number of documents is known only after a scan."""
+
+    eos_id: int
+    num_documents: None = None
+
+    def local_offsets(self, shard: ShardRecord, tokens: Callable[[], np.ndarray]) -> np.ndarray:
+        n, stream = shard.num_tokens, tokens()
+        ends = [
+            np.flatnonzero(stream[s : s + SCAN_CHUNK_TOKENS] == self.eos_id) + (s + 1)
+            for s in range(0, n, SCAN_CHUNK_TOKENS)
+        ]
+        stops = np.concatenate(ends).astype(np.int64) if ends else np.empty(0, np.int64)
+        if n and (stops.size == 0 or stops[-1] != n):
+            stops = np.append(stops, n)
+        return np.concatenate([np.zeros(1, np.int64), stops])
+
+
+@dataclasses.dataclass(frozen=True)
+class WholeShard:
+    """The shard is one document."""
+
+    num_documents: int = 1
+
+    def local_offsets(self, shard: ShardRecord, tokens: Callable[[], np.ndarray]) -> np.ndarray:
+        return np.array([0, shard.num_tokens], dtype=np.int64)
+
+
+class DocumentIndex(Protocol):
+    """How a shard's document boundaries are found: the one interface every on-disk format
+    implements (:class:`OffsetsFile`, :class:`LengthsFile`, :class:`SplitAfter`,
+    :class:`WholeShard`)."""
+
+    @property
+    def num_documents(self) -> int | None:
+        """Documents in the shard if known without reading, else ``None``."""
+
+    def local_offsets(self, shard: ShardRecord, tokens: Callable[[], np.ndarray]) -> np.ndarray:
+        """Shard-local offsets (int64, first 0, last ``shard.num_tokens``), validated;
+        ``tokens()`` maps the shard's tokens for formats that must scan them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRecord:
+    """Where one shard's tokens live and how to find its document boundaries.
+
+    Attributes:
+        tokens_path: File holding the shard's tokens (raw little-endian, the source's dtype).
+        num_tokens: Number of tokens in the shard.
+        documents: The shard's :class:`DocumentIndex`.
+        byte_offset: Byte position of the shard's first token in ``tokens_path``.
+        identity: ``tokens_path`` when the corpus was opened (reads check it); ``None``: the
+            file as it is when first mapped.
+        summary_path: File of the shard's block token totals written with the corpus
+            (:mod:`grainpack.corpus.summary`), if any.
+    """
+
+    tokens_path: str
+    num_tokens: int
+    documents: DocumentIndex = WholeShard()
+    byte_offset: int = 0
+    identity: FileIdentity | None = dataclasses.field(default=None, compare=False, repr=False)
+    summary_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_tokens < 0 or self.byte_offset < 0:
+            raise ValueError(f"counts and offsets must be >= 0, got {self!r}")
+
+    @property
+    def num_documents(self) -> int | None:
+        return self.documents.num_documents
+
+
+def offsets_path_of(record: ShardRecord) -> str:
+    return getattr(record.documents, "path", record.tokens_path)
+
+
+def _read_exact(
+    path: str, dtype: str, count: int, offset: int, identity: FileIdentity | None
+) -> np.ndarray:
+    size = count * np.dtype(dtype).itemsize
+    try:
+        with open(path, "rb") as f:
+            if identity is not None:
+                identity.check(path, os.fstat(f.fileno()))
+            f.seek(offset)
+            values = np.frombuffer(f.read(size), dtype=dtype)
+    except OSError as err:
+        raise os_error(err, "reading") from err
+    if values.size != count:
+        raise CorpusError(
+            f"{path}: expected {count} values of {dtype} at byte {offset}, found {values.size} "
+            "(file truncated); rebuild the corpus"
+        )
+    return values.astype(np.int64)
+
+
+def check_offsets(offsets: np.ndarray, num_tokens: int, where: str) -> None:
+    """Raises :class:`CorpusError` unless ``offsets`` start at 0, never decrease and end at
+    ``num_tokens``; the message names the first bad document.
+
+    Example:
+        >>> check_offsets(np.array([0, 3, 2, 5]), 5, "offsets-00000.bin")
+        Traceback (most recent call last):
+        ...
+        grainpack.corpus.errors.CorpusError: offsets-00000.bin: document offsets decrease at document 1 (3 -> 2); rebuild the corpus
+    """  # noqa: E501
+    if offsets.size == 0 or offsets[0] != 0:
+        raise CorpusError(
+            f"{where}: document offsets must start at 0, found {offsets[:1].tolist()}; "
+            "rebuild the corpus"
+        )
+    steps = np.diff(offsets)
+    if (steps < 0).any():
+        i = int(np.argmax(steps < 0))
+        raise CorpusError(
+            f"{where}: document offsets decrease at document {i} "
+            f"({offsets[i]} -> {offsets[i + 1]}); rebuild the corpus"
+        )
+    if offsets[-1] != num_tokens:
+        raise CorpusError(
+            f"{where}: last document offset is {offsets[-1]}, expected the shard's "
+            f"{num_tokens} tokens; rebuild the corpus"
+        )
