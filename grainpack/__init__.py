@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from grainpack.corpus.verify import VerifyReport, describe_corpus, verify_corpus
     from grainpack.corpus.writer import CorpusWriter, write_corpus
     from grainpack.curriculum.bandit import LengthBandit
+    from grainpack.curriculum.mixture import MixtureBandit
     from grainpack.curriculum.online import UndecidedEpochError
     from grainpack.curriculum.protocols import RateSchedule, Selector
     from grainpack.curriculum.selectors import (
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
         shard_documents_for_rank,
         window_permutation,
     )
+    from grainpack.index.schedule import Stage
     from grainpack.index.slots import slot_order
     from grainpack.index.weights import content_probabilities, token_premiums
     from grainpack.jax import expand, make_global_batch, prefetch_to_device
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
         RepeatCapExceeded,
         SourceAccount,
         mixture_accounting,
+        target_shares,
         window_shares,
     )
     from grainpack.pipeline.config import PipelineConfig
@@ -98,6 +101,7 @@ _PUBLIC = {
     "CorpusWriter": "grainpack.corpus.writer",
     "write_corpus": "grainpack.corpus.writer",
     "LengthBandit": "grainpack.curriculum.bandit",
+    "MixtureBandit": "grainpack.curriculum.mixture",
     "UndecidedEpochError": "grainpack.curriculum.online",
     "RateSchedule": "grainpack.curriculum.protocols",
     "Selector": "grainpack.curriculum.protocols",
@@ -111,6 +115,7 @@ _PUBLIC = {
     "global_document_order": "grainpack.index.orders",
     "shard_documents_for_rank": "grainpack.index.orders",
     "window_permutation": "grainpack.index.orders",
+    "Stage": "grainpack.index.schedule",
     "slot_order": "grainpack.index.slots",
     "content_probabilities": "grainpack.index.weights",
     "token_premiums": "grainpack.index.weights",
@@ -124,6 +129,7 @@ _PUBLIC = {
     "RepeatCapExceeded": "grainpack.pipeline.accounting",
     "SourceAccount": "grainpack.pipeline.accounting",
     "mixture_accounting": "grainpack.pipeline.accounting",
+    "target_shares": "grainpack.pipeline.accounting",
     "window_shares": "grainpack.pipeline.accounting",
     "PipelineConfig": "grainpack.pipeline.config",
     "PipelineIterator": "grainpack.pipeline.dataset",
@@ -165,6 +171,7 @@ __all__ = [
     "LengthBuckets",
     "LinearRamp",
     "MixedStream",
+    "MixtureBandit",
     "MixtureMonitor",
     "MixtureWarning",
     "PackedCorpus",
@@ -177,6 +184,7 @@ __all__ = [
     "Selector",
     "SequenceSelector",
     "SourceAccount",
+    "Stage",
     "StreamingCorpus",
     "TokenShardSource",
     "UndecidedEpochError",
@@ -202,6 +210,7 @@ __all__ = [
     "shard_documents_for_rank",
     "slot_order",
     "splitmix64",
+    "target_shares",
     "token_premiums",
     "verify_corpus",
     "window_permutation",

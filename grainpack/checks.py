@@ -69,7 +69,7 @@ def check_float(
 
 
 def check_floats(
-    name: str, values: object, count: int, *, allow_nan: bool = False
+    name: str, values: object, count: int, *, allow_nan: bool = False, per: str = "bucket"
 ) -> tuple[float, ...]:
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
         raise TypeError(f"{name} must be a sequence of {count} numbers; got {values!r}")
@@ -82,7 +82,7 @@ def check_floats(
             raise ValueError(f"{name} must be finite; got {name}={list(values)!r}")
         out.append(x)
     if len(out) != count:
-        raise ValueError(f"{name} needs one value per bucket ({count}); got {len(out)}: {out}")
+        raise ValueError(f"{name} needs one value per {per} ({count}); got {len(out)}: {out}")
     return tuple(out)
 
 

@@ -121,3 +121,78 @@ def test_window_shares_match_counts(paths):
     sources = np.concatenate([next(it)["source"] for _ in range(50)])
     shares = gp.window_shares(cfg, 20, 50)
     assert shares["small"] == np.mean(sources[80:] == 1)
+
+
+# -- schedules ------------------------------------------------------------------------------
+
+SCHEDULE = [
+    (0, {"big": 0.875, "small": 0.125}),
+    gp.Stage(8, {"big": 0.375, "small": 0.625}, ramp=4),  # steps 8..11 ramp, 12 on arrived
+    (20, {"big": 0.5, "small": 0.5}),
+]
+
+
+@pytest.mark.parametrize("unit", ["documents", "windows"])
+@pytest.mark.parametrize("count", [1, 2])
+def test_accounting_with_a_schedule_equals_brute_force_count(paths, unit, count):
+    cfg = gp.PipelineConfig(
+        sources=paths,
+        block=8,
+        global_batch_size=4,
+        seed=5,
+        unit=unit,
+        weights=SCHEDULE,
+        provenance=True,
+    )
+    iterators = [
+        iter(gp.make_dataset(cfg, process_index=p, process_count=count)) for p in range(count)
+    ]
+    rows = {"big": 0, "small": 0}
+    real = {"big": 0, "small": 0}
+    per_step = []
+    checked = (5, 8, 10, 12, 15, 20, 26)  # inside stage 0, at the ramp, in it, after, ...
+    for step in range(1, 27):
+        taken = {"big": 0, "small": 0}
+        for it in iterators:
+            batch = next(it)
+            per_row = real_tokens_per_row(batch)
+            for r, j in enumerate(batch["source"].tolist()):
+                name = list(paths)[j]
+                rows[name] += 1
+                taken[name] += 1
+                real[name] += int(per_row[r])
+        per_step.append(taken)
+        if step not in checked:
+            continue
+        accounts = gp.mixture_accounting(cfg, step)
+        targets = [cfg.probabilities_at(t) for t in range(step)]
+        for j, (name, acc) in enumerate(accounts.items()):
+            assert acc.rows == rows[name] and acc.real_tokens == real[name]
+            assert acc.realized_share == rows[name] / (4 * step)
+            assert acc.target_share == pytest.approx(np.mean([w[j] for w in targets]), abs=1e-15)
+        for start in {0, min(6, step - 1), min(9, step - 1), step - 1}:
+            shares = gp.window_shares(cfg, start, step)
+            window = sum(s["small"] for s in per_step[start:step])
+            assert shares["small"] == window / (4 * (step - start))
+    # golden targets: (8 steps of 0.125, the ramp 0.125 + 0.25 + 0.375 + 0.5, 8 steps of
+    # 0.625) / 20 = 7.25 / 20
+    assert gp.target_shares(cfg, 0, 20)["small"] == pytest.approx(0.3625, abs=1e-15)
+    assert gp.target_shares(cfg, 9, 11) == {"big": 0.6875, "small": 0.3125}
+
+
+def test_monitor_with_a_schedule(paths):
+    # small is nearly absent in stage 0 but has half the rows later: not starved.
+    schedule = [(0, {"big": 1 - 1e-9, "small": 1e-9}), (50, {"big": 0.5, "small": 0.5})]
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, weights=schedule)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        monitor = gp.MixtureMonitor(cfg, window_steps=10)
+    assert monitor.starved == []
+    report = monitor.check(55)  # the window [45, 55) straddles the stage boundary
+    assert report["small"]["target_share"] == pytest.approx((5 * 1e-9 + 5 * 0.5) / 10)
+    assert report["small"]["window_share"] == gp.window_shares(cfg, 45, 55)["small"]
+    never = [(0, {"big": 1 - 1e-9, "small": 1e-9}), (50, {"big": 1 - 2e-9, "small": 2e-9})]
+    with pytest.warns(gp.MixtureWarning, match="'small' is starved: with weight 2e-09"):
+        gp.MixtureMonitor(
+            gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, weights=never)
+        )

@@ -256,6 +256,37 @@ def test_build_shuffle_stores_a_seeded_order(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "out"]  # staging removed
 
 
+def test_show_step_with_a_schedule(corpus, tmp_path, capsys):
+    other = tmp_path / "o"
+    gp.write_corpus(other, [list(range(10, 50))] * 3)
+    sources = {"a": str(corpus), "b": str(other)}
+    schedule = [[0, {"a": 0.875, "b": 0.125}], [4, {"a": 0.125, "b": 0.875}, 4]]
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"sources": sources, "block": 8, "global_batch_size": 4,
+                                  "weights": schedule}))  # fmt: skip
+    flags = ["--source", f"a={corpus}", "--source", f"b={other}", "--block", "8"]
+    flags += ["--batch-size", "4", "--stage", "0:a=0.875,b=0.125", "--stage", "4+4:a=0.125,b=0.875"]
+    cfg = gp.PipelineConfig(
+        sources=sources, block=8, global_batch_size=4, weights=schedule, provenance=True
+    )
+    batch = PipelineBatches(cfg).batch(6, 0)
+    for args in (["show-step", "6", "--config", str(config)], ["show-step", "6", *flags]):
+        assert main([*args, "--json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert shown["weights"] == {"a": 0.5, "b": 0.5}  # halfway through the ramp
+        assert [r["source"] for r in shown["rows"]] == [["a", "b"][j] for j in batch["source"]]
+        # targets: steps 0-4 at 0.875 and 0.875 - 0.1875 at step 5 -> (5 * 0.875 + 0.6875) / 6
+        assert shown["mixture"]["a"]["target_share"] == pytest.approx(0.84375, abs=1e-15)
+        assert shown["mixture"]["b"]["rows"] == gp.mixture_accounting(cfg, 6)["b"].rows
+    assert main(["show-step", "6", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "weights: a=0.5000 b=0.5000 (schedule from 0: 0.875/0.125; from 4 ramp 4" in out
+    assert main(["show-step", "6", *flags, "--stage", "x:a=1"]) == 1
+    assert "--stage must look like STEP[+RAMP]:NAME=P" in capsys.readouterr().err
+    assert main(["show-step", "6", *flags, "--weight", "a=1"]) == 1
+    assert "either --weight (fixed weights) or --stage" in capsys.readouterr().err
+
+
 def test_first_hour_messages_and_inputs(tmp_path, capsys):
     # Flags, not keyword arguments, in the command's errors.
     np.save(tmp_path / "s.npy", np.array([5, 6, 0, 7, 0, 8]))

@@ -105,3 +105,94 @@ def test_weights_accept_any_real_number_type(tmp_path):
         gp.PipelineConfig(
             sources=paths, block=8, global_batch_size=4, weights={"en": "0.5", "fr": 0.5}
         )
+
+
+# -- schedules ------------------------------------------------------------------------------
+
+
+def test_a_one_stage_schedule_describes_itself_as_fixed_weights():
+    fixed = gp.PipelineConfig(
+        sources=PATHS, block=8, global_batch_size=4, weights={"en": 0.7, "fr": 0.3}
+    )
+    for weights in (
+        [(0, {"en": 0.7, "fr": 0.3})],
+        [gp.Stage(0, {"fr": 0.3, "en": 0.7})],
+        [(0, {"en": 0.7, "fr": 0.3}), (100, {"en": 0.7, "fr": 0.3}, 10)],  # never changes
+    ):
+        staged = gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, weights=weights)
+        assert staged.description() == fixed.description()  # same fingerprint, same checkpoints
+        assert staged.probabilities == staged.constant_probabilities == (0.7, 0.3)
+    content = gp.PipelineConfig(
+        sources=PATHS, block=8, global_batch_size=4, premiums=[(0, {"en": 1.0, "fr": 3.0})]
+    )
+    assert content.description()["probabilities"] == [0.25, 0.75]
+
+
+def test_schedule_description_and_weights_by_step():
+    cfg = gp.PipelineConfig(
+        sources=PATHS,
+        block=8,
+        global_batch_size=4,
+        weights=[(0, {"en": 1.0, "fr": 0.0}), gp.Stage(8, {"en": 0.5, "fr": 0.5}, ramp=4)],
+    )
+    assert cfg.description()["schedule"] == [
+        {"start": 0, "probabilities": [1.0, 0.0], "ramp": 0},
+        {"start": 8, "probabilities": [0.5, 0.5], "ramp": 4},
+    ]
+    assert "probabilities" not in cfg.description()
+    assert cfg.weights[1] == gp.Stage(8, {"en": 0.5, "fr": 0.5}, 4)
+    assert [cfg.probabilities_at(t) for t in (7, 8, 9, 10, 11, 12)] == [
+        (1.0, 0.0),
+        (1.0, 0.0),
+        (0.875, 0.125),
+        (0.75, 0.25),
+        (0.625, 0.375),
+        (0.5, 0.5),
+    ]
+    assert cfg.probabilities == (1.0, 0.0) and cfg.constant_probabilities is None
+    content = gp.PipelineConfig(
+        sources=PATHS,
+        block=8,
+        global_batch_size=4,
+        premiums=[(0, {"en": 1.0, "fr": 1.0}), (5, {"en": 1.0, "fr": 3.0})],
+    )
+    assert content.probabilities_at(4) == (0.5, 0.5) and content.probabilities_at(5) == (
+        0.25,
+        0.75,
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error", "match"),
+    [
+        ("weights", [(5, {"en": 0.5, "fr": 0.5})], ValueError, "weights: stage 0.*start at step 0"),
+        ("weights", [(0, {"en": 0.5})], ValueError, "weights stage 0 must name exactly"),
+        ("weights", [(0, {"en": 0.5, "fr": 0.6})], ValueError, "weights stage 0 must sum to 1"),
+        ("weights", [(0, {"en": 1.0, "fr": 0.0})], ValueError, r"\['fr'\] have weight 0 in every"),
+        ("weights", [(0, {"en": -0.5, "fr": 1.5})], ValueError, r"stage 0\['en'\] must be >= 0"),
+        ("weights", [{"en": 1.0}], TypeError, r"weights stage 0 must be \(start_step"),
+        ("weights", [(0,)], ValueError, r"weights stage 0 must be .*got 1 items"),
+        ("weights", "ab", TypeError, "or a schedule: a non-empty list of stages"),
+        (
+            "weights",
+            [(0, {"en": 1.0, "fr": 0.0}), (4, {"en": 0.0, "fr": 1.0}, 9), (6, {"en": 1, "fr": 0})],
+            ValueError,
+            "weights: stage 1 .*ramp of 9 steps runs past",
+        ),
+        ("premiums", [(0, {"en": 0.0, "fr": 1.0})], ValueError, r"premiums stage 0\['en'\]"),
+        ("weights", gp.MixtureBandit(["fr", "en"], stage_steps=5), ValueError, "in this order"),
+    ],
+)
+def test_bad_schedules_are_refused(field, value, error, match):
+    with pytest.raises(error, match=match):
+        gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, **{field: value})
+
+
+def test_an_online_schedule_is_described_by_its_configuration():
+    bandit = gp.MixtureBandit(["en", "fr"], stage_steps=5, initial={"en": 0.8, "fr": 0.2})
+    cfg = gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, weights=bandit)
+    described = cfg.description()["schedule"]
+    assert described == repr(bandit) and "stage_steps=5" in described
+    assert cfg.probabilities == (0.8, 0.2)
+    bandit.update(0, [1.0, 2.0])
+    assert cfg.description()["schedule"] == described  # learning keeps the fingerprint

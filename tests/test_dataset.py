@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.index.mixing import choose_source
+from grainpack.index.mixing import choose_source, cumulative_probabilities
 from grainpack.pipeline.batches import PipelineBatches
 
 
@@ -417,6 +417,120 @@ def test_compact_layout_through_workers_the_data_loader_and_checkpoints(two_sour
         for k, v in expected.items():
             np.testing.assert_array_equal(got[k], v)
         assert target.get_state() == want.get_state()
+
+
+# -- mixture schedules --------------------------------------------------------------------
+
+
+@pytest.fixture
+def larger_sources(tmp_path):
+    """Sources with many rows per epoch: plans of 512 steps span few epochs (fast)."""
+    rng = np.random.default_rng(19)
+    en = gp.write_corpus(tmp_path / "en", random_documents(rng, 300, 10, 200), shard_tokens=5000)
+    fr = gp.write_corpus(tmp_path / "fr", random_documents(rng, 100, 10, 100))
+    return {"en": str(tmp_path / "en"), "fr": str(tmp_path / "fr")}, (en, fr)
+
+
+SCHEDULE = [
+    (0, {"en": 0.9, "fr": 0.1}),
+    gp.Stage(4, {"en": 0.2, "fr": 0.8}, ramp=3),  # steps 4, 5, 6 ramp; 7 on: 0.2 / 0.8
+    (10, {"en": 0.5, "fr": 0.5}),
+]
+
+
+def assert_same_global_batches(reference, per_process):
+    count = len(per_process)
+    for t, want in enumerate(reference):
+        for key, value in want.items():
+            interleaved = np.empty_like(value)
+            for p in range(count):
+                interleaved[p::count] = per_process[p][t][key]
+            np.testing.assert_array_equal(interleaved, value, err_msg=f"{key} step {t}")
+
+
+@pytest.mark.parametrize("unit", ["documents", "windows"])
+def test_one_stage_schedule_gives_the_fixed_weights_batches(larger_sources, unit):
+    paths, _ = larger_sources
+    options = dict(sources=paths, block=8, global_batch_size=6, seed=9, unit=unit)
+    fixed = gp.PipelineConfig(**options, weights={"en": 0.7, "fr": 0.3})
+    staged = gp.PipelineConfig(**options, weights=[(0, {"en": 0.7, "fr": 0.3})])
+    assert PipelineBatches(fixed).fingerprint == PipelineBatches(staged).fingerprint
+    for count in (1, 3):
+        for p in range(count):
+            a = take(iter(gp.make_dataset(fixed, process_index=p, process_count=count)), 12)
+            b = take(iter(gp.make_dataset(staged, process_index=p, process_count=count)), 12)
+            for x, y in zip(a, b):
+                assert x.keys() == y.keys()
+                for key in x:
+                    np.testing.assert_array_equal(x[key], y[key])
+
+
+def test_schedule_mix_follows_each_steps_weights(larger_sources):
+    # Exact reference: slot s picks choose_source with the cumulative weights of step s // B
+    # and takes its source's next row of pack_documents over per-source epochs.
+    paths, sources = larger_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=6, seed=11, weights=SCHEDULE)
+    streams = [
+        np.concatenate(
+            [
+                gp.pack_documents(
+                    src, gp.global_document_order(len(src), seed=11 + j, epoch=e), 8
+                ).rows
+                for e in range(3)
+            ]
+        )
+        for j, src in enumerate(sources)
+    ]
+    seen, expected, chosen = [0, 0], [], []
+    for slot in range(6 * 14):
+        cumulative = cumulative_probabilities(cfg.probabilities_at(slot // 6))
+        j = choose_source(11, slot, cumulative)
+        expected.append(streams[j][seen[j]])
+        chosen.append(j)
+        seen[j] += 1
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    got = np.concatenate([rows_of(b) for b in take(it, 14)])
+    np.testing.assert_array_equal(got, np.stack(expected))
+    assert chosen[:24].count(1) < chosen[24:60].count(1)  # the second stage favours fr
+
+
+@pytest.mark.parametrize("unit", ["documents", "windows"])
+def test_schedule_world_size_independence_across_stage_boundaries(larger_sources, unit):
+    paths, _ = larger_sources
+    cfg = gp.PipelineConfig(
+        sources=paths, block=8, global_batch_size=6, seed=2, unit=unit, weights=SCHEDULE
+    )
+    reference = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 13)
+    for count in (2, 3):
+        per_process = [
+            take(iter(gp.make_dataset(cfg, process_index=p, process_count=count)), 13)
+            for p in range(count)
+        ]
+        assert_same_global_batches(reference, per_process)
+
+
+@pytest.mark.parametrize("order", ["exact", gp.BlockedOrder(block_docs=4, window_blocks=2)])
+@pytest.mark.parametrize("save_step", [3, 5, 10])  # before the ramp, inside it, at a stage
+def test_schedule_elastic_restore_across_stage_boundaries(larger_sources, order, save_step):
+    paths, _ = larger_sources
+    cfg = gp.PipelineConfig(
+        sources=paths, block=8, global_batch_size=6, seed=4, weights=SCHEDULE, order=order
+    )
+    reference = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 14)
+    saved = []
+    for p in range(2):
+        it = iter(gp.make_dataset(cfg, process_index=p, process_count=2))
+        take(it, save_step)
+        saved.append(json.loads(json.dumps(it.get_state())))
+    if order != "exact":  # version 2: the per-source counts at the step travel with it
+        assert saved[0]["version"] == 2 and sum(saved[0]["counts"]) == 6 * save_step
+    for count in (3, 1):
+        per_process = []
+        for p in range(count):
+            it = iter(gp.make_dataset(cfg, process_index=p, process_count=count))
+            it.set_state(saved[p % 2])
+            per_process.append(take(it, 14 - save_step))
+        assert_same_global_batches(reference[save_step:], per_process)
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 
 import numpy as np
@@ -12,13 +13,16 @@ from hypothesis import strategies as st
 from grainpack.index.hashing import splitmix64
 from grainpack.index.mixing import (
     BLOCK_SLOTS,
+    MAX_SLOTS,
     SlotMixer,
     choose_source,
     choose_sources,
     cumulative_probabilities,
+    cumulative_thresholds,
     occurrences_from,
     source_thresholds,
 )
+from grainpack.index.schedule import MixtureSchedule, Stage
 from grainpack.index.weights import content_probabilities, normalize_probabilities, token_premiums
 
 MASK = 2**64 - 1
@@ -289,3 +293,162 @@ def test_anchor_starts_the_count_cache_at_a_restored_slot():
         SlotMixer(3, probs).anchor(slot, [1, 2, 3])
     with pytest.raises(ValueError, match="disagree with the slot hash"):
         fresh.anchor(slot, (counts + np.array([1, -1, 0])).tolist())  # cached counts: compared
+
+
+# -- schedules: weights by step -----------------------------------------------------------
+
+
+def cumulative_edge_values() -> list[float]:
+    """Cumulative weights where the thresholds are delicate: powers of two (a shorter
+    predecessor), their neighbours, odd and even significands, tiny, 1.0 and above it."""
+    rng = np.random.default_rng(0)
+    values = [0.0, 1e-300, 5e-324, 0.1, 0.3, 1 / 3, 0.5, 1.0, 1.0 + 2**-52, 1.0 + 1e-7]
+    values += [2.0**-e for e in range(70)] + [3 * 2.0**-e for e in range(2, 70)]
+    values += rng.random(500).tolist()
+    values += (rng.random(500) * np.ldexp(1.0, -rng.integers(0, 70, 500))).tolist()
+    return values + [math.nextafter(v, d) for v in values for d in (0.0, 2.0)]
+
+
+def test_cumulative_thresholds_equal_the_scalar_binary_search():
+    values = cumulative_edge_values()
+    thresholds, never = cumulative_thresholds(np.array(values))
+    got = [1 << 64 if n else t for t, n in zip(thresholds.tolist(), never.tolist())]
+    assert got == [source_thresholds((v,))[0] for v in values]
+
+
+@pytest.mark.parametrize("probs", PROBS)
+def test_one_stage_schedule_is_fixed_weights_bit_for_bit(probs):
+    fixed = SlotMixer(5, probs)
+    normalized = normalize_probabilities(probs, len(probs))
+    for schedule in (
+        MixtureSchedule([(0, normalized)]),
+        MixtureSchedule([(0, normalized), (40, normalized), Stage(90, normalized, ramp=9)]),
+    ):
+        staged = SlotMixer(5, schedule, slots_per_step=7)
+        for a, b in [(0, 500), (BLOCK_SLOTS - 3, BLOCK_SLOTS + 700), (3 * BLOCK_SLOTS + 1, 4)]:
+            b = max(a, b)
+            for x, y in zip(fixed.draws(a, b), staged.draws(a, b)):
+                assert np.array_equal(x, y)
+            assert fixed.counts_before(b).tolist() == staged.counts_before(b).tolist()
+
+
+def scalar_choices(seed, schedule, slots_per_step, start, stop):
+    """The reference: each slot's step's weights, their running sums, the scalar choice."""
+    return [
+        choose_source(
+            seed, s, cumulative_probabilities(schedule.probabilities(s // slots_per_step))
+        )
+        for s in range(start, stop)
+    ]
+
+
+SCHEDULES = [
+    MixtureSchedule([(0, (0.5, 0.3, 0.2)), (5, (0.1, 0.1, 0.8), 3), (12, (0.2, 0.0, 0.8))]),
+    MixtureSchedule([(0, (1.0, 0.0)), Stage(2, (0.0, 1.0), ramp=30), (40, (0.3, 0.7))]),
+    MixtureSchedule([(0, (0.25, 0.25, 0.25, 0.25)), (1, (0.7, 0.1, 0.1, 0.1), 1)]),
+]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("slots_per_step", [1, 3, 64])
+def test_scheduled_choices_equal_the_scalar_reference(schedule, slots_per_step):
+    for seed in (0, 7, 2**64 - 1):
+        mixer = SlotMixer(seed, schedule, slots_per_step=slots_per_step)
+        stop = 50 * slots_per_step
+        expected = scalar_choices(seed, schedule, slots_per_step, 0, stop)
+        assert mixer.choices(0, stop).tolist() == expected
+        for a in range(0, stop, max(1, stop // 23)):
+            for b in (a + 1, a + slots_per_step + 2, stop):
+                b = min(b, stop)
+                assert mixer.choices(a, b).tolist() == expected[a:b]
+                counts = np.bincount(expected[a:b], minlength=mixer.num_sources)
+                assert mixer.counts_between(a, b).tolist() == counts.tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 2**64),
+    st.integers(1, 50),
+    st.lists(
+        st.tuples(
+            st.integers(1, 30),
+            st.integers(0, 40),
+            st.lists(st.floats(0.0, 1.0), min_size=3, max_size=3),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(0, 3000),
+)
+def test_scheduled_choices_and_counts_property(seed, slots_per_step, raw, start):
+    stages, at = [(0, (0.2, 0.3, 0.5))], 0
+    for gap, ramp, weights in raw:
+        at += gap + ramp
+        total = sum(weights) or 1.0
+        probs = tuple(w / total for w in weights) if sum(weights) else (0.0, 0.0, 1.0)
+        stages.append(Stage(at - ramp, normalize_probabilities(probs, 3), ramp))
+    schedule = MixtureSchedule(stages)
+    mixer = SlotMixer(seed, schedule, slots_per_step=slots_per_step)
+    stop = start + 200
+    expected = scalar_choices(seed, schedule, slots_per_step, 0, stop)
+    sources, occurrences = mixer.draws(start, stop)
+    assert sources.tolist() == expected[start:]
+    counts = np.bincount(expected[:start], minlength=3)
+    assert occurrences.tolist() == occurrences_from(np.array(expected[start:]), counts).tolist()
+
+
+def test_scheduled_counts_through_the_block_cache_and_an_anchor():
+    # Stages and a ramp inside and across count blocks (65536 slots = 256 steps of 256).
+    size = 256
+    schedule = MixtureSchedule(
+        [
+            (0, (0.6, 0.3, 0.1)),
+            (100, (0.1, 0.2, 0.7)),
+            Stage(250, (0.3, 0.3, 0.4), ramp=30),
+            (300, (0.5, 0.0, 0.5)),
+        ]
+    )
+    mixer = SlotMixer(11, schedule, slots_per_step=size)
+    slots = [0, 5, 100 * size - 1, 100 * size + 3, BLOCK_SLOTS + 17, 260 * size, 330 * size]
+    stop = max(slots)
+    choices = np.array(scalar_choices(11, schedule, size, 0, stop))
+    for slot in slots:
+        expected = np.bincount(choices[:slot], minlength=3)
+        assert mixer.counts_before(slot).tolist() == expected.tolist()
+    anchored = SlotMixer(11, schedule, slots_per_step=size)
+    inside_ramp = 270 * size + 77  # in block 1
+    anchored.anchor(inside_ramp, np.bincount(choices[:inside_ramp], minlength=3).tolist())
+    for slot in (inside_ramp, inside_ramp + 5000, stop, inside_ramp - 3000, 200 * size):
+        expected = np.bincount(choices[:slot], minlength=3)
+        assert anchored.counts_before(slot).tolist() == expected.tolist()
+    assert anchored._base == 1  # counted from the anchor (and back from it), never from 0
+
+
+def test_realized_shares_per_stage_match_the_stage_weights():
+    # 2 * 10**5 slots per stage; counts must lie within 5 standard deviations of the
+    # expectation (for the ramp: the sum over its steps of the step's weights).
+    size = 100
+    schedule = MixtureSchedule(
+        [(0, (0.6, 0.3, 0.1)), Stage(2000, (0.1, 0.2, 0.7), ramp=2000), (4000, (0.3, 0.0, 0.7))]
+    )
+    mixer = SlotMixer(2024, schedule, slots_per_step=size)
+    for start, stop in [(0, 2000), (2000, 4000), (4000, 6000), (2500, 2700), (3700, 3900)]:
+        counts = mixer.counts_between(start * size, stop * size)
+        weights = np.array([schedule.probabilities(t) for t in range(start, stop)])
+        expected = size * weights.sum(axis=0)
+        sigma = np.sqrt(size * (weights * (1 - weights)).sum(axis=0))
+        assert np.all(np.abs(counts - expected) <= 5 * sigma + 1e-9), (start, counts, expected)
+    assert mixer.counts_between(400_000, 600_000)[1] == 0  # a weight of 0: never chosen
+
+
+def test_scheduled_mixer_pickles_small_and_refuses_too_many_slots():
+    mixer = SlotMixer(1, SCHEDULES[1], slots_per_step=8)
+    expected = mixer.counts_before(10 * BLOCK_SLOTS + 3)
+    data = pickle.dumps(mixer)
+    assert len(data) < 2000
+    assert pickle.loads(data).counts_before(10 * BLOCK_SLOTS + 3).tolist() == expected.tolist()
+    with pytest.raises(ValueError, match="refuses more than MAX_SLOTS"):
+        mixer.counts_before(MAX_SLOTS + 1)
+    assert repr(SlotMixer(0, MixtureSchedule([(0, (0.5, 0.5))]))) == (
+        "SlotMixer(seed=0, probs=(0.5, 0.5))"  # a schedule that never changes is fixed weights
+    )

@@ -66,3 +66,32 @@ def test_text_to_training_runs(tmp_path, monkeypatch, tokenizer_files):
     exec(block("for step in range(num_steps)"), namespace)
     assert [b["inputs"].shape for b in steps] == [(256, 2048)] * 2
     assert gp.open_corpus("corpus/en").tokenizer["file"] == "tokenizer.json"
+
+
+def test_schedule_and_online_mixing_snippets_run(tmp_path, monkeypatch):
+    import jax
+    import numpy as np
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    namespace: dict = {}
+    exec(block("gp.write_corpus"), namespace)  # the usage corpus: root/en, root/fr
+    exec(block("gp.Stage(40_000"), namespace)
+    config = namespace["config"]
+    assert config.probabilities_at(50_000) == (0.25, 0.75)
+    exec(block("gp.MixtureBandit("), namespace)
+    bandit, config = namespace["bandit"], namespace["config"]
+    batch = next(iter(gp.make_dataset(config, process_index=0, process_count=1)))
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+    namespace.update(
+        batch={k: batch[k] for k in ("inputs", "targets", "loss_mask", "source")},
+        mesh=mesh,
+        params=None,
+        train_step=lambda params, b: (params, b["inputs"].mean(axis=1)),  # a stand-in loss
+        sums=np.zeros(2),
+        counts=np.zeros(2),
+        step=bandit.stage_steps - 1,  # the last step of stage 0
+        np=np,
+    )
+    exec(block("multihost_utils.process_allgather"), namespace)
+    assert bandit.updates == 1 and namespace["counts"].tolist() == [0.0, 0.0]

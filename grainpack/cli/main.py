@@ -35,7 +35,11 @@ EPILOG = {
     "show-step": """examples:
   grainpack show-step 1200 --source en=corpus/en --source fr=corpus/fr \\
       --weight en=0.7 --weight fr=0.3 --block 2048 --batch-size 256
-  grainpack show-step 1200 --config run.json --processes 4""",
+  grainpack show-step 1200 --config run.json --processes 4
+  grainpack show-step 52000 --source web=corpus/web --source math=corpus/math \
+      --stage 0:web=0.9,math=0.1 --stage 50000+5000:web=0.5,math=0.5 --block 2048 --batch-size 256
+  (a schedule: from step 50000 the weights move linearly to the second stage's over 5000
+  steps; in a --config file: "weights": [[0, {"web": 0.9, "math": 0.1}], [50000, {...}, 5000]])""",
     "bench": """examples:
   grainpack bench --tokens 20000000 --json bench.json
   grainpack bench --build --megabytes 100     (text -> corpus against the tokenizer alone)
@@ -160,6 +164,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=P",
         help="a source's mixture weight; repeat (default: equal weights)",
     )
+    p.add_argument(
+        "--stage",
+        action="append",
+        default=[],
+        metavar="STEP[+RAMP]:NAME=P,...",
+        help="a stage of a weight schedule from global step STEP (ramping over RAMP steps "
+        "from the previous stage's weights); repeat, the first at step 0",
+    )
     p.add_argument("--block", type=_positive, help="model sequence length (rows: block + 1)")
     p.add_argument(
         "--batch-size",
@@ -278,8 +290,12 @@ def _config(args: argparse.Namespace) -> Any:
             )
     if args.source:
         fields["sources"] = _pairs(args.source, "--source")
+    if args.weight and args.stage:
+        raise ValueError("give either --weight (fixed weights) or --stage (a schedule)")
     if args.weight:
         fields["weights"] = _pairs(args.weight, "--weight", float)
+    if args.stage:
+        fields["weights"] = [_stage(text) for text in args.stage]
     for key in ("block", "global_batch_size", "seed", "unit", "boundary_id", "pad_id"):
         if getattr(args, key) is not None:
             fields[key] = getattr(args, key)
@@ -291,6 +307,19 @@ def _config(args: argparse.Namespace) -> Any:
             f"show-step needs {', '.join(missing)} (or a --config FILE that sets them)"
         )
     return PipelineConfig(**fields, provenance=True)
+
+
+def _stage(text: str) -> tuple[int, dict[str, float], int]:
+    """``STEP[+RAMP]:NAME=P,NAME=P`` -> ``(start, {name: p}, ramp)``."""
+    when, _, weights = text.partition(":")
+    start, _, ramp = when.partition("+")
+    try:
+        return int(start), _pairs(weights.split(","), "--stage weights", float), int(ramp or 0)
+    except ValueError as err:
+        raise ValueError(
+            f"--stage must look like STEP[+RAMP]:NAME=P,NAME=P (e.g. 5000+100:en=0.5,fr=0.5); "
+            f"got {text!r} ({err})"
+        ) from None
 
 
 def _non_negative(text: str) -> int:
@@ -505,10 +534,12 @@ def _show_step(args: argparse.Namespace) -> None:
             )
         )
     accounts = mixture_accounting(batches, args.step)
+    weights = dict(zip(names, config.probabilities_at(args.step)))
     if args.json:
         print(
             json.dumps(
                 {
+                    "weights": weights,
                     "rows": [
                         {
                             **dict(zip(("slot", "process", "source", "epoch", "real_targets"), r)),
@@ -526,9 +557,10 @@ def _show_step(args: argparse.Namespace) -> None:
         )
         return
     print(f"global step {args.step}: {len(rows)} rows of {config.block + 1} tokens")
+    print("weights: " + " ".join(f"{k}={p:.4f}" for k, p in weights.items()) + _stage_note(config))
     shown = [(*r[:5], ", ".join(f"doc {d}@{o}" for d, o in r[5])) for r in rows]
     print(_table(shown, ("slot", "process", "source", "epoch", "real", "segments (doc@offset)")))
-    print(f"\nmixture before step {args.step}:")
+    print(f"\nmixture before step {args.step} (target: mean weight so far):")
     print(
         _table(
             [
@@ -556,6 +588,25 @@ def _show_step(args: argparse.Namespace) -> None:
             ),
         )
     )
+
+
+def _stage_note(config: Any) -> str:
+    """`` (schedule: stage, stage, ...)`` for a schedule, empty for fixed weights."""
+    from grainpack.index.schedule import MixtureSchedule
+
+    schedule = config.schedule
+    if config.constant_probabilities is not None:
+        return ""
+    if not isinstance(schedule, MixtureSchedule):
+        return f" (online: {schedule!r})"
+    stages = [
+        f"from {s.start}"
+        + (f" ramp {s.ramp}" if s.ramp else "")
+        + ": "
+        + "/".join(f"{p:g}" for p in s.weights)
+        for s in schedule.stages
+    ]
+    return " (schedule " + "; ".join(stages) + ")"
 
 
 # Library messages name keyword arguments; the command line has flags for them.

@@ -22,6 +22,39 @@ from grainpack.curriculum.online import UndecidedEpochError
 _STATE_FORMAT = "grainpack.LengthBandit/1"
 
 
+def exponential_policy(preferences: Sequence[float], exploration: float) -> tuple[float, ...]:
+    """``(1 - exploration) * softmax(preferences) + exploration / k``: sums to 1.
+
+    Example:
+        >>> exponential_policy([0.0, 0.0], 0.5)
+        (0.5, 0.5)
+    """
+    top = max(preferences)
+    weights = [math.exp(h - top) for h in preferences]
+    total = sum(weights)
+    k = len(preferences)
+    return tuple((1.0 - exploration) * w / total + exploration / k for w in weights)
+
+
+def learn_preferences(
+    preferences: Sequence[float], rewards: Sequence[float], learning_rate: float, decay: float
+) -> list[float]:
+    """``(1 - decay) * h + learning_rate * reward`` per arm (NaN reward: arm not observed,
+    left alone), shifted so that the largest is 0.
+
+    Example:
+        >>> learn_preferences([0.0, 0.0], [1.0, float("nan")], 2.0, 0.0)
+        [0.0, -2.0]
+    """
+    keep = 1.0 - decay
+    prefs = [
+        h if math.isnan(r) else keep * h + learning_rate * r
+        for h, r in zip(preferences, rewards, strict=True)
+    ]
+    top = max(prefs)
+    return [h - top for h in prefs]
+
+
 class LengthBandit:
     """Keep rates per length bucket learned from rewards (a :class:`RateSchedule`).
 
@@ -99,11 +132,7 @@ class LengthBandit:
 
     def probabilities(self) -> tuple[float, ...]:
         """The current policy ``p`` (sums to 1)."""
-        top = max(self._preferences)
-        weights = [math.exp(h - top) for h in self._preferences]
-        total = sum(weights)
-        mix, k = self._exploration, self._num_buckets
-        return tuple((1.0 - mix) * w / total + mix / k for w in weights)
+        return exponential_policy(self._preferences, self._exploration)
 
     def rates(self, epoch: int) -> tuple[float, ...]:
         """Decided rates of ``epoch``.
@@ -137,12 +166,9 @@ class LengthBandit:
                 "epoch once, in order (a restored bandit continues where its state ended)"
             )
         values = check_floats("rewards", rewards, self._num_buckets, allow_nan=True)
-        step, keep = self._learning_rate, 1.0 - self._decay
-        prefs = [
-            h if math.isnan(r) else keep * h + step * r for h, r in zip(self._preferences, values)
-        ]
-        top = max(prefs)
-        self._preferences = [h - top for h in prefs]
+        self._preferences = learn_preferences(
+            self._preferences, values, self._learning_rate, self._decay
+        )
         probs = self.probabilities()
         best = max(probs)
         rates = tuple(min(1.0, p / best) for p in probs)

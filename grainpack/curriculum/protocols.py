@@ -7,8 +7,9 @@ The pipeline needs only ``__call__(order, seed, epoch) -> order``
   (lengths from that source; :class:`~grainpack.curriculum.selectors.PerSource` picks one by
   name). The pipeline binds every source's selector before use.
 * :class:`AdaptsOnline`: decisions depend on rewards the training loop reports
-  (:mod:`grainpack.curriculum.online`). Only then does the pipeline plan one step per Grain
-  element, so no batch is planned before the updates it depends on.
+  (:mod:`grainpack.curriculum.online`). Only then (a selector, or mixture weights such as
+  :class:`~grainpack.curriculum.mixture.MixtureBandit`) does the pipeline plan one step per
+  Grain element, so no batch is planned before the updates it depends on.
 
 Composite selectors expose their parts (:class:`HasComponents`), so a capability anywhere
 inside is found by :func:`adapts_online`.

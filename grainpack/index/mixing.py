@@ -2,8 +2,10 @@
 
 Slot ``s`` picks source ``j`` exactly as the window loader's ``MixedStream._choose``: with
 ``u = splitmix64(seed * 0x100000001 + s) / 2**64``, the first ``j`` with ``u < cumulative[j]``
-(else the last source). The occurrence of a slot is the number of earlier slots that chose the
-same source; it is computed from cached per-block counts, never by walking slots in Python.
+(else the last source). With a schedule (:mod:`grainpack.index.schedule`) ``cumulative`` is
+that of the weights of the slot's step ``s // slots_per_step``; the hash is the same. The
+occurrence of a slot is the number of earlier slots that chose the same source; it is
+computed from cached per-block counts, never by walking slots in Python.
 Pure: numpy and the standard library only.
 """
 
@@ -14,7 +16,7 @@ import itertools
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,6 +24,13 @@ import numpy as np
 
 from grainpack.checks import check_int
 from grainpack.index.hashing import MASK64, splitmix64, splitmix64_inplace
+from grainpack.index.schedule import (
+    MixtureSchedule,
+    Segment,
+    Stage,
+    WeightSchedule,
+    segment_probabilities,
+)
 from grainpack.index.weights import normalize_probabilities
 
 __all__ = [
@@ -32,6 +41,7 @@ __all__ = [
     "choose_source",
     "choose_sources",
     "cumulative_probabilities",
+    "cumulative_thresholds",
     "occurrences_from",
     "source_thresholds",
 ]
@@ -120,6 +130,45 @@ def source_thresholds(cumulative: Sequence[float]) -> tuple[int, ...]:
     return _thresholds(cum)
 
 
+def cumulative_thresholds(cumulative: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorized :func:`source_thresholds` of any array of cumulative values, bit-exact.
+
+    ``z / 2**64`` is ``fl(z) / 2**64`` (scaling by a power of two is exact), so
+    ``z / 2**64 < c`` holds exactly for ``fl(z) < C`` with ``C = c * 2**64``: the threshold is
+    the smallest integer that rounds to ``C`` or above. Below ``2**53`` integers are exact
+    (``ceil(C)``); above, it is the midpoint between ``C`` and the double before it, plus one
+    when that tie rounds down (to an even significand).
+
+    Returns:
+        ``(thresholds, never)``: uint64 thresholds, and where the threshold is ``2**64``
+        (every hash lies below ``c``; the uint64 value is then 0 and meaningless).
+
+    Example:
+        >>> t, never = cumulative_thresholds(np.array([0.5, 1.0, 1.5]))
+        >>> [int(x) for x in t] == [2**63 - 2**9, 2**64 - 2**10, 0], never.tolist()
+        (True, [False, False, True])
+    """
+    big_c = np.ldexp(np.asarray(cumulative, dtype=np.float64), 64)
+    out = np.zeros(big_c.shape, dtype=np.uint64)
+    never = big_c > 2.0**64
+    small = (big_c > 0) & (big_c <= 2.0**53)
+    out[small] = np.ceil(big_c[small]).astype(np.uint64)
+    large = (big_c > 2.0**53) & ~never
+    mantissa, exponent = np.frexp(big_c[large])  # C = M * 2**k, M in [2**52, 2**53), k >= 1
+    m = np.ldexp(mantissa, 53).astype(np.uint64)
+    k = exponent.astype(np.int64) - 53
+    one = np.uint64(1)
+    # M > 2**52: predecessor M - 1 (same exponent), midpoint (2M - 1) * 2**(k - 1); a tie
+    # rounds to the even significand: to C when M is even, else down (threshold + 1).
+    # M == 2**52: predecessor (2**53 - 1) * 2**(k - 1), midpoint (4M - 1) * 2**(k - 2), ties
+    # round to C (k >= 2 here: C == 2**53 is among the small ones).
+    power = m == np.uint64(1 << 52)
+    shift = (k - 1 - power).astype(np.uint64)
+    base = np.where(power, np.uint64(4) * m - one, np.uint64(2) * m - one)
+    out[large] = (base << shift) + np.where(power, np.uint64(0), m & one)
+    return out, never
+
+
 def _finite_thresholds(cumulative: Sequence[float]) -> np.ndarray:
     """uint64 thresholds of all sources but the last (which takes the rest), minus 2**64s."""
     ts = source_thresholds(cumulative)[:-1]
@@ -176,7 +225,7 @@ def choose_sources(seed: int, start: int, stop: int, cumulative: Sequence[float]
 
 
 class SlotMixer:
-    """Slot -> (source, occurrence) for one (seed, probs), with cached per-block counts.
+    """Slot -> (source, occurrence) for one (seed, weights), with cached per-block counts.
 
     Counts per source of each block of ``BLOCK_SLOTS`` slots are computed by one vectorized
     hash and kept as prefix sums, extended lazily. ``counts_before(10**8)`` costs about 0.13 s
@@ -186,28 +235,53 @@ class SlotMixer:
     itself: nothing is counted. Counting more than ``MAX_SLOTS`` slots (from 0 or from the
     anchor) is refused with a ``ValueError`` stating the cost.
 
+    With a schedule the weights are those of each slot's step (``slot // slots_per_step``):
+    a block that spans a stage boundary is counted in pieces, one per stage, and a ramp
+    compares each slot's hash with the thresholds of its own step (computed vectorized for
+    the steps of the block). A schedule whose weights never change chooses exactly as fixed
+    weights.
+
     Args:
         seed: the mix seed (any int; it enters the hash modulo 2**64).
-        probs: one probability per source (see :func:`normalize_probabilities`).
+        probs: one probability per source (see :func:`normalize_probabilities`), or a
+            :class:`~grainpack.index.schedule.WeightSchedule` of them by global step.
+        slots_per_step: slots of one global step (the global batch size), for a schedule.
 
     Example:
         >>> mixer = SlotMixer(0, (0.5, 0.5))
         >>> sources, occurrences = mixer.draws(0, 4)
         >>> int(mixer.counts_before(4).sum())
         4
+        >>> staged = SlotMixer(0, MixtureSchedule([(0, (1.0, 0.0)), (2, (0.0, 1.0))]),
+        ...                    slots_per_step=3)
+        >>> staged.draws(0, 9)[0].tolist()  # steps 0 and 1 take source 0, step 2 source 1
+        [0, 0, 0, 0, 0, 0, 1, 1, 1]
     """
 
-    def __init__(self, seed: int, probs: Sequence[float]) -> None:
+    def __init__(
+        self, seed: int, probs: Sequence[float] | WeightSchedule, *, slots_per_step: int = 1
+    ) -> None:
         self.seed = check_int("seed", seed, minimum=None)
-        if probs is None or isinstance(probs, str) or not isinstance(probs, Sequence | np.ndarray):
+        self.slots_per_step = check_int("slots_per_step", slots_per_step, minimum=1)
+        if isinstance(probs, WeightSchedule):
+            schedule = probs
+            constant = probs.constant if isinstance(probs, MixtureSchedule) else None
+        elif (
+            probs is None or isinstance(probs, str) or not isinstance(probs, Sequence | np.ndarray)
+        ):
             raise TypeError(
                 f"probs must be a sequence with one probability per source, got {probs!r}; "
                 "use normalize_probabilities(None, n) for equal weights"
             )
-        self.probs = normalize_probabilities(probs, len(probs))
-        self.cumulative = cumulative_probabilities(self.probs)
-        self.num_sources = len(self.probs)
-        self._thresholds = _finite_thresholds(self.cumulative)
+        else:
+            constant = normalize_probabilities(probs, len(probs))
+            schedule = MixtureSchedule([Stage(0, constant)])
+        self.schedule = schedule
+        self.num_sources = schedule.num_sources
+        # Weights that never change: exactly the fixed-weight choice, on its fast path.
+        self.probs = constant
+        self.cumulative = None if constant is None else cumulative_probabilities(constant)
+        self._thresholds = None if constant is None else _finite_thresholds(self.cumulative)
         self._reset()
 
     def _reset(self) -> None:
@@ -217,10 +291,11 @@ class SlotMixer:
         # (slot, counts before it) of the last query: consecutive draws() of one stream of
         # batches then hash only their own slots, not the start of their block again.
         self._memo: tuple[int, np.ndarray] | None = None
+        self._stage_thresholds: dict[tuple[float, ...], np.ndarray] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Caches are rebuilt lazily: the pickle stays small however far the mixer has run.
-        skip = ("_lock", "_base", "_prefix", "_memo")
+        skip = ("_lock", "_base", "_prefix", "_memo", "_stage_thresholds")
         return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -228,7 +303,72 @@ class SlotMixer:
         self._reset()
 
     def __repr__(self) -> str:
-        return f"SlotMixer(seed={self.seed}, probs={self.probs})"
+        if self.probs is not None:
+            return f"SlotMixer(seed={self.seed}, probs={self.probs})"
+        return (
+            f"SlotMixer(seed={self.seed}, schedule={self.schedule!r}, "
+            f"slots_per_step={self.slots_per_step})"
+        )
+
+    def _pieces(self, start: int, stop: int) -> list[tuple[int, int, Segment | None]]:
+        """``[start, stop)`` cut where the weights change kind: ``(lo, hi, segment)``, with
+        ``None`` for the whole range when the weights never change."""
+        if self.probs is not None or stop <= start:
+            return [(start, stop, None)]
+        size = self.slots_per_step
+        out = []
+        for seg in self.schedule.segments(start // size, -(-stop // size)):
+            lo = max(start, seg.start * size)
+            hi = stop if seg.stop is None else min(stop, seg.stop * size)
+            if lo < hi:
+                out.append((lo, hi, seg))
+        return out
+
+    def _constant_thresholds(self, segment: Segment | None) -> np.ndarray:
+        if segment is None:
+            return self._thresholds
+        found = self._stage_thresholds.get(segment.probs)
+        if found is None:
+            found = _finite_thresholds(cumulative_probabilities(segment.probs))
+            self._stage_thresholds[segment.probs] = found
+        return found
+
+    def _ramp_beyond(self, h: np.ndarray, first: int, segment: Segment) -> Iterator[np.ndarray]:
+        """For slots ``first + i`` (hashes ``h[i]``) inside a ramp, yields per source ``j`` but
+        the last whether each slot's hash is at or above the threshold of source ``j`` of
+        its own step (so chooses a source after ``j``), as a ``(steps, slots_per_step)``
+        grid of the steps the slots touch (cells outside the slots are arbitrary; the
+        buffer is reused). A ramp's weights are >= 0 (``a + (b - a) * x`` with ``a, b >= 0``
+        and ``0 <= x < 1`` rounds to >= 0), so running sums and thresholds never decrease
+        along the sources: being above threshold ``j`` implies being above all before it."""
+        size = self.slots_per_step
+        offset = first % size
+        step0 = first // size
+        steps = np.arange(step0, (first + len(h) - 1) // size + 1, dtype=np.int64)
+        probs = segment_probabilities(segment, steps)
+        cumulative = probs[:, 0].copy()  # running sums in source order, as the scalar form
+        columns = []
+        for j in range(1, self.num_sources):
+            columns.append(cumulative.copy())
+            cumulative += probs[:, j]
+        thresholds, never = cumulative_thresholds(np.stack(columns, axis=1))
+        grid = np.empty(len(steps) * size, dtype=np.uint64)  # whole steps: no gather needed
+        grid[offset : offset + len(h)] = h
+        grid = grid.reshape(len(steps), size)
+        beyond = np.empty(grid.shape, dtype=bool)
+        for j in range(self.num_sources - 1):
+            np.greater_equal(grid, thresholds[:, j, None], out=beyond)
+            if never[:, j].any():  # a threshold of 2**64: no hash reaches it
+                beyond &= ~never[:, j, None]
+            yield beyond
+
+    def _ramp_choices(self, h: np.ndarray, first: int, segment: Segment) -> np.ndarray:
+        """Sources chosen by slots ``first + i`` with hashes ``h[i]`` inside a ramp."""
+        choice = None
+        for beyond in self._ramp_beyond(h, first, segment):
+            choice = beyond.astype(np.int64) if choice is None else choice + beyond
+        offset = first % self.slots_per_step
+        return choice.reshape(-1)[offset : offset + len(h)]
 
     def _count(self, start: int, n: int, z: np.ndarray, tmp: np.ndarray) -> np.ndarray:
         """Per-source counts of slots ``[start, start + n)``; ``n <= len(z)``."""
@@ -237,12 +377,56 @@ class SlotMixer:
             counts[0] = n
             return counts
         h = _hash_slots(self.seed, start, n, z, tmp)
-        mask = np.empty(n, dtype=bool)
-        below = [0]  # below[j + 1] = #(z < T_j): slots choosing a source <= j
-        below += [int(np.count_nonzero(np.less(h, t, out=mask))) for t in self._thresholds]
-        below += [n] * (self.num_sources - len(below) + 1)  # thresholds of 2**64, the last one
-        counts[:] = np.diff(np.array(below, dtype=np.int64))
+        for lo, hi, segment in self._pieces(start, start + n):
+            part = h[lo - start : hi - start]
+            if segment is not None and segment.ramp_from is not None:
+                offset = lo % self.slots_per_step
+                ahead = [len(part)]  # ahead[j]: slots choosing a source >= j
+                for beyond in self._ramp_beyond(part, lo, segment):
+                    ahead.append(np.count_nonzero(beyond.reshape(-1)[offset : offset + len(part)]))
+                ahead.append(0)
+                counts -= np.diff(np.array(ahead, dtype=np.int64))
+                continue
+            mask = np.empty(len(part), dtype=bool)
+            below = [0]  # below[j + 1] = #(z < T_j): slots choosing a source <= j
+            below += [
+                int(np.count_nonzero(np.less(part, t, out=mask)))
+                for t in self._constant_thresholds(segment)
+            ]
+            below += [len(part)] * (self.num_sources - len(below) + 1)  # 2**64s, the last one
+            counts += np.diff(np.array(below, dtype=np.int64))
         return counts
+
+    def choices(self, start: int, stop: int) -> np.ndarray:
+        """int64 source index of every slot in ``[start, stop)``: :func:`choose_sources`
+        with each slot's weights.
+
+        Example:
+            >>> SlotMixer(0, (0.5, 0.5)).choices(0, 4).tolist()
+            [1, 1, 1, 0]
+        """
+        start = check_int("start", start)
+        stop = check_int("stop", stop, minimum=start)
+        if self.probs is not None:
+            return choose_sources(self.seed, start, stop, self.cumulative)
+        n = stop - start
+        out = np.zeros(n, dtype=np.int64)
+        if self.num_sources == 1 or n == 0:
+            return out
+        size = min(n, _CHUNK_SLOTS)
+        z, tmp = np.empty(size, np.uint64), np.empty(size, np.uint64)
+        for lo in range(start, stop, size):
+            m = min(size, stop - lo)
+            h = _hash_slots(self.seed, lo, m, z, tmp)
+            for a, b, segment in self._pieces(lo, lo + m):
+                part = h[a - lo : b - lo]
+                if segment.ramp_from is not None:
+                    chosen = self._ramp_choices(part, a, segment)
+                else:
+                    thresholds = self._constant_thresholds(segment)
+                    chosen = np.searchsorted(thresholds, part, side="right")
+                out[a - start : b - start] = chosen
+        return out
 
     def anchor(self, slot: int, counts: Sequence[int]) -> None:
         """Starts the count cache at ``slot``, whose per-source counts are known (a restore).
@@ -372,7 +556,7 @@ class SlotMixer:
         stop = check_int("stop", stop, minimum=start)
         if self.num_sources == 1:  # the occurrence is the slot
             return np.zeros(stop - start, np.int64), np.arange(start, stop, dtype=np.int64)
-        sources = choose_sources(self.seed, start, stop, self.cumulative)
+        sources = self.choices(start, stop)
         before = self.counts_before(start)
         occurrences = occurrences_from(sources, before)
         self._memo = (stop, before + np.bincount(sources, minlength=self.num_sources))

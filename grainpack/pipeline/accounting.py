@@ -3,7 +3,9 @@
 After ``step`` global batches the run has consumed slots ``[0, step * B)``; how many of
 them each source took, which epoch each source is in and how much of it was padding all
 follow from the slot hash and the document lengths. So the numbers are exact after a
-resume and identical on every process, without any state of their own.
+resume and identical on every process, without any state of their own. With a schedule the
+counts are sums over its stages (the mixer counts each stage's slots with that stage's
+weights) and targets are the mean weights over the steps concerned.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import warnings
 
 import numpy as np
 
+from grainpack.index.schedule import MixtureSchedule, mean_probabilities
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 
@@ -32,7 +35,8 @@ class SourceAccount:
 
     Attributes:
       name: the source's key in ``config.sources``.
-      target_share: its probability of taking a slot.
+      target_share: its expected share of the rows so far: its weight, or with a schedule
+        the mean of its weight over steps ``[0, step)`` (that of step 0 at step 0).
       realized_share: the fraction of consumed rows it took.
       rows: rows it contributed (all processes together).
       tokens: ``rows * (block + 1)``, padding included.
@@ -95,6 +99,7 @@ def mixture_accounting(
     cfg = batches.config
     slots = step * cfg.global_batch_size
     counts = batches.mixer.counts_before(slots)
+    targets = target_shares(batches, 0, step)
     out = {}
     for j, name in enumerate(cfg.sources):
         rows = batches.rows(j)
@@ -103,7 +108,7 @@ def mixture_accounting(
         epoch, row = int(epochs[0]), int(within[0])
         out[name] = SourceAccount(
             name=name,
-            target_share=cfg.probabilities[j],
+            target_share=targets[name],
             realized_share=used / slots if slots else 0.0,
             rows=used,
             tokens=used * (cfg.block + 1),
@@ -118,12 +123,43 @@ def mixture_accounting(
 def window_shares(
     config: PipelineConfig | PipelineBatches, start_step: int, stop_step: int
 ) -> dict[str, float]:
-    """Realized share of rows per source over global steps ``[start_step, stop_step)``."""
+    """Realized share of rows per source over global steps ``[start_step, stop_step)``
+    (exact counts of the slot hash under each step's weights)."""
     batches = _batches(config)
     size = batches.config.global_batch_size
     counts = batches.mixer.counts_between(start_step * size, stop_step * size)
     total = max(int(counts.sum()), 1)
     return {name: int(c) / total for name, c in zip(batches.config.sources, counts)}
+
+
+def target_shares(
+    config: PipelineConfig | PipelineBatches, start_step: int, stop_step: int
+) -> dict[str, float]:
+    """Expected share of rows per source over global steps ``[start_step, stop_step)``: the
+    weights, or with a schedule their mean over those steps (those of ``start_step`` for an
+    empty range). Compare with :func:`window_shares`.
+
+    Example:
+      >>> import grainpack as gp
+      >>> cfg = gp.PipelineConfig(sources={"a": "/a", "b": "/b"}, block=8, global_batch_size=4,
+      ...                         weights=[(0, {"a": 1.0, "b": 0.0}), (10, {"a": 0.5, "b": 0.5})])
+      >>> gp.target_shares(cfg, 0, 20)
+      {'a': 0.75, 'b': 0.25}
+    """
+    cfg = config.config if isinstance(config, PipelineBatches) else config
+    probs = cfg.constant_probabilities
+    if probs is None:
+        probs = mean_probabilities(cfg.schedule, start_step, stop_step)
+    return dict(zip(cfg.sources, probs))
+
+
+def _largest_weights(config: PipelineConfig) -> tuple[float, ...]:
+    """Each source's largest weight over the schedule (a ramp lies between its stages); for
+    an online schedule, over its initial weights (it decides the rest later)."""
+    schedule = config.schedule
+    if isinstance(schedule, MixtureSchedule):
+        return tuple(max(column) for column in zip(*(s.weights for s in schedule.stages)))
+    return config.probabilities
 
 
 class MixtureMonitor:
@@ -135,7 +171,8 @@ class MixtureMonitor:
       max_repeats: warn when a source has completed more than this many passes.
       hard_cap: raise :class:`RepeatCapExceeded` instead of warning.
       min_expected_rows: a source expected to take fewer rows than this per window is
-        reported as starved (its weight is so small it is effectively never drawn).
+        reported as starved (its weight is so small it is effectively never drawn; with a
+        schedule, its largest weight).
 
     Example:
       >>> import tempfile, numpy as np, grainpack as gp
@@ -167,11 +204,10 @@ class MixtureMonitor:
         self.hard_cap = hard_cap
         cfg = self.batches.config
         rows = window_steps * cfg.global_batch_size
-        self.starved = [
-            name for name, p in zip(cfg.sources, cfg.probabilities) if p * rows < min_expected_rows
-        ]
+        largest = dict(zip(cfg.sources, _largest_weights(cfg)))
+        self.starved = [name for name, p in largest.items() if p * rows < min_expected_rows]
         for name in self.starved:
-            p = cfg.probabilities[list(cfg.sources).index(name)]
+            p = largest[name]
             warnings.warn(
                 f"source {name!r} is starved: with weight {p:.3g} it is expected to take "
                 f"{p * rows:.3g} of the {rows} rows in every {window_steps} steps, so it is "
@@ -181,14 +217,17 @@ class MixtureMonitor:
             )
 
     def check(self, step: int) -> dict[str, dict[str, float]]:
-        """Telemetry at ``step``: per source target and realized share over the last window,
-        passes so far; warns (or raises) when a source exceeds ``max_repeats``."""
+        """Telemetry at ``step``: per source target and realized share over the last window
+        (with a schedule the target is the mean weight over the window's steps), passes so
+        far; warns (or raises) when a source exceeds ``max_repeats``."""
         accounts = mixture_accounting(self.batches, step)
-        shares = window_shares(self.batches, max(0, step - self.window_steps), step)
+        start = max(0, step - self.window_steps)
+        shares = window_shares(self.batches, start, step)
+        targets = target_shares(self.batches, start, step)
         report = {}
         for name, acc in accounts.items():
             report[name] = {
-                "target_share": acc.target_share,
+                "target_share": targets[name],
                 "window_share": shares[name],
                 "epochs": acc.epochs,
             }

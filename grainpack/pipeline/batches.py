@@ -27,6 +27,7 @@ from grainpack.curriculum.protocols import adapts_online, bind_selector
 from grainpack.index.blocked import BlockedRows, BlockSelector
 from grainpack.index.layout import PackedRows, Part, pack_rows
 from grainpack.index.mixing import SlotMixer
+from grainpack.index.schedule import mean_probabilities
 from grainpack.index.slots import process_slots
 from grainpack.index.stream import SourceRows
 from grainpack.pipeline.config import PipelineConfig
@@ -178,9 +179,14 @@ class PipelineBatches:
 
     @property
     def mixer(self) -> SlotMixer:
-        """Slot -> (source, occurrence) for the configured weights."""
+        """Slot -> (source, occurrence) for the configured weights (or schedule)."""
         if self._mixer is None:
-            mixer = SlotMixer(self.config.seed, self.config.probabilities)
+            cfg = self.config
+            constant = cfg.constant_probabilities
+            if constant is not None:
+                mixer = SlotMixer(cfg.seed, constant)
+            else:
+                mixer = SlotMixer(cfg.seed, cfg.schedule, slots_per_step=cfg.global_batch_size)
             if self.anchor is not None:
                 mixer.anchor(*self.anchor)
             self._mixer = mixer
@@ -304,10 +310,10 @@ class PipelineBatches:
     @functools.cached_property
     def steps_per_element(self) -> int:
         """Steps per Grain element of :func:`~grainpack.make_dataset`: as many as hold about
-        ``ELEMENT_TOKENS`` tokens (1 to ``ELEMENT_STEPS``), or 1 with a selector that adapts
-        online (a bandit decides epochs from the training loop's rewards, so batches are not
-        planned ahead of its updates)."""
-        if adapts_online(self.config.sequence_selector):
+        ``ELEMENT_TOKENS`` tokens (1 to ``ELEMENT_STEPS``), or 1 with a selector or weights that
+        adapt online (a bandit decides epochs or stages from the training loop's rewards, so
+        batches are not planned ahead of its updates)."""
+        if adapts_online(self.config.sequence_selector) or adapts_online(self.config.weights):
             return 1
         rows = self.rows_per_batch
         return min(max(1, ELEMENT_TOKENS // (rows * (self.config.block + 1))), ELEMENT_STEPS)
@@ -330,11 +336,13 @@ class PipelineBatches:
             return
         self.mixer.check_cost(step * size)
         names = list(self.config.sources)
-        for j, p in enumerate(self.config.probabilities):
+        used = None
+        for j in range(len(names)):
             rows = self.rows(j)
             if rows.rows_per_epoch is not None:  # epochs located by a division
                 continue
-            epochs = end * p / rows.rows_in_epoch(0)
+            used = self._rows_bound(step, steps) if used is None else used
+            epochs = used[j] / rows.rows_in_epoch(0)
             work = epochs * len(rows.lengths)
             if work > MAX_REPLAY_DOCUMENTS:
                 raise ValueError(
@@ -344,6 +352,16 @@ class PipelineBatches:
                     f"grainpack refuses more than MAX_REPLAY_DOCUMENTS={MAX_REPLAY_DOCUMENTS:,}. "
                     "Check the step (a corrupt checkpoint state?)"
                 )
+
+    def _rows_bound(self, step: int, steps: int) -> list[float]:
+        """Expected rows per source in steps ``[0, step + steps)``, bounded from above for a
+        schedule: the expectation before ``step`` plus every slot of the planned steps."""
+        size = self.config.global_batch_size
+        constant = self.config.constant_probabilities
+        if constant is not None:
+            return [(step + steps) * size * p for p in constant]
+        before = mean_probabilities(self.config.schedule, 0, step)
+        return [step * size * p + steps * size for p in before]
 
     def packed_steps(
         self, step: int, process_index: int, process_count: int | None = None, *, steps: int = 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from grainpack.checks import check_float, check_int
@@ -13,6 +13,7 @@ from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.curriculum.protocols import BindsToSource, describe_selector
 from grainpack.index.blocked import BlockedOrder
 from grainpack.index.orders import SequenceSelector
+from grainpack.index.schedule import MixtureSchedule, Stage, WeightSchedule, probabilities_at
 from grainpack.index.weights import content_probabilities
 
 Unit = Literal["documents", "windows"]
@@ -30,10 +31,17 @@ class PipelineConfig:
       global_batch_size: rows per global batch (all processes together).
       seed: non-negative int.
       weights: name -> probability of a slot choosing that source (token share); equal
-        when omitted. Same names as ``sources``; must sum to 1.
+        when omitted. Same names as ``sources``; must sum to 1. Or a schedule by global
+        step: a list of stages ``(start_step, {name: weight})`` or
+        ``gp.Stage(start_step, {name: weight}, ramp=steps)``, starting at step 0 with
+        increasing starts; each stage's weights hold until the next stage, and with a ramp
+        they move linearly from the previous stage's over ``ramp`` steps (a weight may be 0
+        in some stages). Or an online schedule, :class:`~grainpack.MixtureBandit`. See the
+        README's "Schedules".
       premiums: content mode instead of ``weights``: name -> tokens that source needs per
         unit of content; probabilities are then ``premium / sum(premiums)`` (see
-        :func:`grainpack.content_probabilities`).
+        :func:`grainpack.content_probabilities`). Also a list of stages of premiums (a ramp
+        then moves the probabilities).
       unit: ``"documents"`` (shuffled documents, concatenated and chunked, as
         ``pack_documents``) or ``"windows"`` (permuted fixed windows of the stored token
         stream, as ``PackedStream``).
@@ -71,8 +79,8 @@ class PipelineConfig:
     block: int
     global_batch_size: int
     seed: int = 0
-    weights: Mapping[str, float] | None = None
-    premiums: Mapping[str, float] | None = None
+    weights: Mapping[str, float] | Sequence[Stage] | WeightSchedule | None = None
+    premiums: Mapping[str, float] | Sequence[Stage] | None = None
     unit: Unit = "documents"
     boundary_id: int | None = None
     pad_id: int = 0
@@ -128,11 +136,15 @@ class PipelineConfig:
             raise ValueError("give either weights (token mode) or premiums (content mode)")
         for field in ("weights", "premiums"):
             value = getattr(self, field)
-            if value is not None:
+            if isinstance(value, Mapping):
                 object.__setattr__(self, field, self._per_source(field, value))
-        object.__setattr__(self, "_probabilities", self._compute_probabilities())
+            elif field == "weights" and isinstance(value, WeightSchedule):
+                self._check_online(value)
+            elif value is not None:
+                object.__setattr__(self, field, self._stages(field, value))
+        object.__setattr__(self, "_schedule", self._compute_schedule())
 
-    def _per_source(self, field: str, value: Any) -> dict[str, float]:
+    def _per_source(self, field: str, value: Any, *, zero: bool = False) -> dict[str, float]:
         if not isinstance(value, Mapping):
             raise TypeError(f"{field} must be a mapping name -> number; got {value!r}")
         if set(value) != set(self.sources):
@@ -141,29 +153,120 @@ class PipelineConfig:
             )
         return {
             name: check_float(
-                f"{field}[{name!r}]", value[name], 0.0, math.inf, fix="drop a source instead"
+                f"{field}[{name!r}]",
+                value[name],
+                0.0,
+                math.inf,
+                closed_low=zero,
+                fix="a weight may be 0 in some stages" if zero else "drop a source instead",
             )
             for name in self.sources
         }
 
-    def _compute_probabilities(self) -> tuple[float, ...]:
+    def _stages(self, field: str, value: Any) -> tuple[Stage, ...]:
+        """A schedule of stages, validated: each stage's mapping names exactly the sources."""
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence) or not value:
+            raise TypeError(
+                f"{field} must be a mapping name -> number, or a schedule: a non-empty list of "
+                f"stages (start_step, {{name: {field[:-1]}}}) or gp.Stage(start_step, "
+                f"{{...}}, ramp=steps); got {value!r}"
+            )
+        stages = []
+        for k, stage in enumerate(value):
+            if isinstance(stage, str | bytes) or not isinstance(stage, Sequence):
+                raise TypeError(
+                    f"{field} stage {k} must be (start_step, {{name: {field[:-1]}}}[, ramp]); "
+                    f"got {stage!r}"
+                )
+            if len(stage) not in (2, 3):
+                raise ValueError(
+                    f"{field} stage {k} must be (start_step, {{name: {field[:-1]}}}[, ramp]); "
+                    f"got {len(stage)} items: {stage!r}"
+                )
+            mapping = self._per_source(f"{field} stage {k}", stage[1], zero=field == "weights")
+            stages.append(Stage(stage[0], mapping, *stage[2:]))
+        if field == "weights":
+            never = [k for k in self.sources if all(s.weights[k] == 0.0 for s in stages)]
+            if never:
+                raise ValueError(
+                    f"sources {never} have weight 0 in every stage of weights; drop them"
+                )
+        return tuple(stages)
+
+    def _check_online(self, schedule: Any) -> None:
+        names = getattr(schedule, "sources", None)
+        if names is None or list(names) != list(self.sources):
+            raise ValueError(
+                f"a schedule object as weights must name the sources {list(self.sources)} in "
+                f"this order (gp.MixtureBandit(list(sources), ...)); got {schedule!r}. Give "
+                "fixed stages as a list of (start_step, {name: weight})"
+            )
+
+    def _compute_schedule(self) -> WeightSchedule:
         n = len(self.sources)
+        if isinstance(self.weights, WeightSchedule):
+            return self.weights
+        if isinstance(self.premiums, Mapping):
+            return MixtureSchedule(
+                [(0, content_probabilities([self.premiums[k] for k in self.sources]))]
+            )
         if self.premiums is not None:
-            return content_probabilities([self.premiums[k] for k in self.sources])
+            stages = [
+                Stage(s.start, content_probabilities([s.weights[k] for k in self.sources]), s.ramp)
+                for s in self.premiums
+            ]
+            return _schedule("premiums", stages)
         if self.weights is None:
-            return tuple([1.0 / n] * n)
-        probs = tuple(self.weights[k] for k in self.sources)
+            return MixtureSchedule([(0, tuple([1.0 / n] * n))])
+        if isinstance(self.weights, Mapping):
+            return MixtureSchedule([(0, self._sum_to_one("weights", self.weights))])
+        stages = [
+            Stage(s.start, self._sum_to_one(f"weights stage {k}", s.weights), s.ramp)
+            for k, s in enumerate(self.weights)
+        ]
+        return _schedule("weights", stages)
+
+    def _sum_to_one(self, field: str, weights: Mapping[str, float]) -> tuple[float, ...]:
+        probs = tuple(weights[k] for k in self.sources)
         if abs(sum(probs) - 1.0) > 1e-6:
             raise ValueError(
-                f"weights must sum to 1 (within 1e-6); got {dict(self.weights)} summing to "
+                f"{field} must sum to 1 (within 1e-6); got {dict(weights)} summing to "
                 f"{sum(probs)!r}: divide each weight by their sum"
             )
         return probs
 
     @property
+    def schedule(self) -> WeightSchedule:
+        """The mixture weights by global step: a
+        :class:`~grainpack.index.schedule.MixtureSchedule` (one stage for fixed weights), or
+        the online schedule given as ``weights``."""
+        return self._schedule  # type: ignore[attr-defined]
+
+    @property
+    def constant_probabilities(self) -> tuple[float, ...] | None:
+        """The probabilities if they never change with the step, else ``None``."""
+        schedule = self.schedule
+        return schedule.constant if isinstance(schedule, MixtureSchedule) else None
+
+    @property
     def probabilities(self) -> tuple[float, ...]:
-        """Probability of a slot choosing each source, in source order."""
-        return self._probabilities  # type: ignore[attr-defined]
+        """Probability of a slot choosing each source, in source order (with a schedule:
+        those of step 0; see :meth:`probabilities_at`)."""
+        return self.constant_probabilities or self.probabilities_at(0)
+
+    def probabilities_at(self, step: int) -> tuple[float, ...]:
+        """Probability of a slot of global step ``step`` choosing each source, in source order.
+
+        Example:
+          >>> cfg = PipelineConfig(sources={"en": "/data/en", "fr": "/data/fr"}, block=8,
+          ...                      global_batch_size=4,
+          ...                      weights=[(0, {"en": 0.75, "fr": 0.25}),
+          ...                               Stage(100, {"en": 0.25, "fr": 0.75}, ramp=10)])
+          >>> cfg.probabilities_at(99), cfg.probabilities_at(105), cfg.probabilities_at(110)
+          ((0.75, 0.25), (0.5, 0.5), (0.25, 0.75))
+        """
+        step = check_int("step", step)
+        return probabilities_at(self.schedule.segments(step, step + 1)[0], step)
 
     @property
     def blocked(self) -> BlockedOrder | None:
@@ -179,14 +282,30 @@ class PipelineConfig:
             # checkpoints depend on this text).
             text = describe_selector(selector, allow_local=True)
             selector = repr(text) if hasattr(selector, "__qualname__") else text
+        # Fixed weights (and schedules whose weights never change) keep the "probabilities"
+        # entry of every checkpoint saved before schedules existed.
+        schedule, constant = self.schedule, self.constant_probabilities
+        if constant is not None:
+            mixture: dict[str, Any] = {"probabilities": list(constant)}
+        elif isinstance(schedule, MixtureSchedule):
+            mixture = {"schedule": schedule.description()}
+        else:  # online: its configuration (its state is checkpointed apart)
+            mixture = {"schedule": repr(schedule)}
         return {
             "sources": list(self.sources),
             "block": self.block,
             "global_batch_size": self.global_batch_size,
             "seed": self.seed,
-            "probabilities": list(self.probabilities),
+            **mixture,
             "unit": self.unit,
             "boundary_id": self.boundary_id,
             "pad_id": self.pad_id,
             "sequence_selector": selector,
         } | ({} if self.blocked is None else {"order": self.blocked.description()})
+
+
+def _schedule(field: str, stages: list[Stage]) -> MixtureSchedule:
+    try:
+        return MixtureSchedule(stages)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{field}: {err}") from None
