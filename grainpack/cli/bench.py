@@ -1,3 +1,5 @@
+# Over 400 lines, one module: one benchmark script: the loaders compared must run in one process,
+# one after the other.
 """Benchmarks: loader throughput against the memcpy limit and peers, latency, and index costs.
 
 :func:`run_benchmarks` writes (once, cached) a synthetic corpus of two uint16 sources with

@@ -1,3 +1,5 @@
+# Over 400 lines, one module: the command's parser, one small handler per subcommand; the
+# benchmarks live apart.
 """The ``grainpack`` command: build, merge, inspect, verify, show-step, bench and demo.
 
 Exit codes: 0 success, 1 the data or the request is bad (the message says what and how to

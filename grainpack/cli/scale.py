@@ -1,3 +1,5 @@
+# Over 400 lines, one module: one benchmark script: corpus writer, measurements and report belong
+# together.
 """Scale benchmarks: the blocked order on 10**8-10**9-document corpora, and its randomness.
 
 :func:`run_scale_benchmarks` writes a native corpus of ``documents`` documents with

@@ -1,3 +1,5 @@
+# Over 400 lines, one module: one pipeline (plan parts, tokenize, merge, resume); its stages share
+# the part records.
 """Corpora from text: tokenize parts of the input in parallel, then merge them.
 
 ::

@@ -1,3 +1,5 @@
+# Over 400 lines, one module: one class, TokenShardSource: reads, maps and checks share its per-
+# shard caches.
 """TokenShardSource: a Grain random-access source of documents stored in memory-mapped shards.
 
 Invariant: the token stream is the shards concatenated in order; document ``i`` is

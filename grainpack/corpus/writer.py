@@ -1,3 +1,5 @@
+# Over 400 lines, one module: one class, CorpusWriter, with its validation and shuffle; the
+# transaction lives apart.
 """``CorpusWriter``/``write_corpus``: the native format's writer (see :mod:`grainpack.corpus`).
 
 Every write is a :class:`~grainpack.corpus.transaction.Transaction`: shards and the

@@ -1,3 +1,5 @@
+# Over 400 lines, one module: the ready-made selectors share one Selector base and state format;
+# each is short.
 """Ready-made ``sequence_selector``s: length buckets, rate schedules, a bandit, composition.
 
 A selector is a pure function ``(order, seed, epoch) -> order`` of its arguments and of its

@@ -1,3 +1,5 @@
+# Over 400 lines, one module: one order: the bijection, its inverse and the counting of rows are
+# one proof.
 """The scalable order: blocks of stored documents permuted by a keyed bijection, documents
 permuted inside windows of blocks (pure: numpy and the standard library only).
 

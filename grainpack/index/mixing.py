@@ -1,3 +1,5 @@
+# Over 400 lines, one module: the scalar rule, its vectorized thresholds and the counting mixer
+# must agree bit for bit.
 """Source mixing: slot -> source by a stateless hash, and occurrence counting.
 
 Slot ``s`` picks source ``j`` exactly as the window loader's ``MixedStream._choose``: with

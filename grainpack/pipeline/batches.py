@@ -1,3 +1,5 @@
+# Over 400 lines, one module: one class, the slot model; its parts (rows, mixer, plans, identity)
+# share its caches.
 """The slot model: per-process batch ``t`` as a pure function of (config, t, process).
 
 Global batch ``t`` is slots ``[t*B, (t+1)*B)``. Slot ``s`` picks a source exactly like the

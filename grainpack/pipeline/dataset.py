@@ -1,3 +1,5 @@
+# Over 400 lines, one module: the iterator and its restore checks are one contract (state, digest,
+# describe).
 """Grain entry points: ``make_dataset``, ``make_data_loader``, ``make_eval_dataset``.
 
 ``make_dataset``'s Grain elements are plans of many steps, read and expanded into batches
