@@ -165,7 +165,10 @@ class PipelineConfig:
 
     def _stages(self, field: str, value: Any) -> tuple[Stage, ...]:
         """A schedule of stages, validated: each stage's mapping names exactly the sources."""
-        if isinstance(value, str | bytes) or not isinstance(value, Sequence) or not value:
+        plain_list = isinstance(value, Sequence) and all(
+            isinstance(x, int | float) for x in value
+        )  # numbers in source order: the mapping form was meant
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence) or plain_list:
             raise TypeError(
                 f"{field} must be a mapping name -> number, or a schedule: a non-empty list of "
                 f"stages (start_step, {{name: {field[:-1]}}}) or gp.Stage(start_step, "
