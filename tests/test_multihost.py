@@ -10,60 +10,24 @@ a single-process run computed here.
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import pathlib
-import subprocess
 import sys
-import time
 
 import jax
+import loopback
 import numpy as np
-import portpicker
 import pytest
 
 import grainpack as gp
 
 WORKER = pathlib.Path(__file__).with_name("multihost_train.py")
 LAUNCH_TIMEOUT = 60  # seconds per launch (all its processes)
+launch = functools.partial(loopback.launch, WORKER, timeout=LAUNCH_TIMEOUT)
 SAVE_STEP, STEPS, BATCH = 3, 6, 8
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
-
-
-def launch(num_processes: int, args: list[str], logs: pathlib.Path) -> None:
-    """Runs one launch of the worker; kills its own processes on failure or timeout."""
-    port = portpicker.pick_unused_port()
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-    }
-    logs.mkdir(parents=True, exist_ok=True)
-    procs: list[subprocess.Popen] = []
-    try:
-        for i in range(num_processes):
-            with open(logs / f"process_{i}.log", "w") as log:
-                cmd = [sys.executable, str(WORKER), *args, "--process-id", str(i)]
-                cmd += ["--num-processes", str(num_processes), "--port", str(port)]
-                procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
-        deadline = time.monotonic() + LAUNCH_TIMEOUT
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
-                break
-            time.sleep(0.05)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-    codes = [p.returncode for p in procs]
-    if codes != [0] * num_processes:
-        tails = "\n".join(
-            f"--- process {i} (exit {code}) ---\n" + (logs / f"process_{i}.log").read_text()[-2000:]
-            for i, code in enumerate(codes)
-        )
-        pytest.fail(f"launch of {num_processes} processes failed: {codes}\n{tails}")
 
 
 def rows_checksum(batch: dict[str, np.ndarray]) -> int:
