@@ -44,7 +44,7 @@ import numpy as np
 from grainpack.checks import check_int
 from grainpack.index.hashing import MASK64, splitmix64, splitmix64_inplace
 from grainpack.index.orders import check_selected_order
-from grainpack.index.stream import Spans
+from grainpack.index.stream import EpochRows, Spans
 
 __all__ = [
     "BLOCK_ORDER_STREAM",
@@ -245,7 +245,7 @@ def _prefetcher() -> concurrent.futures.ThreadPoolExecutor:
         return _executor
 
 
-class BlockedRows:
+class BlockedRows(EpochRows):
     """The endless row stream of one source in the blocked order; the interface of
     :class:`~grainpack.index.stream.SourceRows` (occurrence -> (epoch, row) -> spans).
 
@@ -376,19 +376,6 @@ class BlockedRows:
         if self.rows_per_epoch is not None:
             return self.rows_per_epoch
         return -(-self.epoch_tokens(epoch) // (self.block + 1))
-
-    def locate(self, occurrences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Maps occurrence indices to (epoch, row inside the epoch)."""
-        occurrences = np.asarray(occurrences, dtype=np.int64)
-        if self.rows_per_epoch is not None:
-            return np.divmod(occurrences, self.rows_per_epoch)
-        top = int(occurrences.max(initial=0))
-        while self._epoch_starts[-1] <= top:
-            e = len(self._epoch_starts) - 1
-            nxt = self._epoch_starts[-1] + self.rows_in_epoch(e)
-            self._epoch_starts = np.append(self._epoch_starts, nxt)
-        epochs = np.searchsorted(self._epoch_starts, occurrences, side="right") - 1
-        return epochs, occurrences - self._epoch_starts[epochs]
 
     def real_tokens_before(self, occurrence: int) -> int:
         """Real tokens in the first ``occurrence`` rows of the stream."""

@@ -139,7 +139,32 @@ def row_spans(plan: StreamPlan, rows: np.ndarray, *, block: int) -> Spans:
     )
 
 
-class SourceRows:
+class EpochRows:
+    """Occurrence -> (epoch, row) for a row stream of epochs one after another: subclasses
+    set ``rows_per_epoch`` (``None`` when epochs differ) and ``_epoch_starts`` (starting
+    ``[0]``, extended on demand) and define ``rows_in_epoch``."""
+
+    rows_per_epoch: int | None
+    _epoch_starts: np.ndarray
+
+    def rows_in_epoch(self, epoch: int) -> int:
+        raise NotImplementedError
+
+    def locate(self, occurrences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Maps occurrence indices to (epoch, row inside the epoch)."""
+        occurrences = np.asarray(occurrences, dtype=np.int64)
+        if self.rows_per_epoch is not None:
+            return np.divmod(occurrences, self.rows_per_epoch)
+        top = int(occurrences.max(initial=0))
+        while self._epoch_starts[-1] <= top:
+            e = len(self._epoch_starts) - 1
+            nxt = self._epoch_starts[-1] + self.rows_in_epoch(e)
+            self._epoch_starts = np.append(self._epoch_starts, nxt)
+        epochs = np.searchsorted(self._epoch_starts, occurrences, side="right") - 1
+        return epochs, occurrences - self._epoch_starts[epochs]
+
+
+class SourceRows(EpochRows):
     """The endless row stream of one source: occurrence ``o`` -> (epoch, row) -> spans.
 
     Args:
@@ -226,19 +251,6 @@ class SourceRows:
             self._epoch_rows.append(rows)
             self._epoch_totals.append(plan.total)
         return self._epoch_rows[epoch]
-
-    def locate(self, occurrences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Maps occurrence indices to (epoch, row inside the epoch)."""
-        occurrences = np.asarray(occurrences, dtype=np.int64)
-        if self.rows_per_epoch is not None:
-            return np.divmod(occurrences, self.rows_per_epoch)
-        top = int(occurrences.max(initial=0))
-        while self._epoch_starts[-1] <= top:
-            e = len(self._epoch_starts) - 1
-            nxt = self._epoch_starts[-1] + self.rows_in_epoch(e)
-            self._epoch_starts = np.append(self._epoch_starts, nxt)
-        epochs = np.searchsorted(self._epoch_starts, occurrences, side="right") - 1
-        return epochs, occurrences - self._epoch_starts[epochs]
 
     def epoch_tokens(self, epoch: int) -> int:
         """Real (non-padding) tokens in ``epoch``: the length of its stream."""
