@@ -190,7 +190,11 @@ def segment_bits(row: np.ndarray, offset: np.ndarray, *, num_rows: int, block: i
     """
     width = -(-block // 8)
     bits = np.zeros(num_rows * width, dtype=np.uint8)
-    np.bitwise_or.at(bits, row * width + (offset >> 3), _BITS[offset & 7])
+    position = row * (8 * width) + offset
+    byte, value = position >> 3, _BITS[position & 7]
+    bits[byte] = value  # a byte rarely holds two starts (a document shorter than 8 tokens)
+    missing = (bits[byte] & value) == 0  # such bytes kept one value: OR in the others
+    np.bitwise_or.at(bits, byte[missing], value[missing])
     return bits.reshape(num_rows, width)
 
 
@@ -328,24 +332,35 @@ def _read_table(
         if joined.any():
             heads = np.flatnonzero(np.concatenate([[True], ~joined]))
             source, lo, hi = source[heads], lo[heads], hi[np.append(heads[1:], len(hi)) - 1]
-    first, last = np.zeros_like(lo), np.zeros_like(lo)
-    for j, starts in shard_starts.items():
-        mine = source == j
-        top = len(starts) - 2
-        first[mine] = np.searchsorted(starts, lo[mine], side="right") - 1
-        end = np.maximum(hi[mine] - 1, lo[mine])
-        last[mine] = np.minimum(np.searchsorted(starts, end, side="right") - 1, top)
+    # One axis for every source's stream, a gap after each so that no piece reaches the next
+    # source; constants (source -1, the last entry) get one endless shard of their own.
+    size = max(shard_starts, default=-1) + 2
+    base, shard0, top = (np.zeros(size, dtype=np.int64) for _ in range(3))
+    begins, ends, axis, shards = [], [], 0, 0
+    for j, starts in sorted(shard_starts.items()):
+        base[j], shard0[j], top[j] = axis, shards, shards + len(starts) - 2
+        begins.append(starts[:-1])
+        ends.append(starts[1:])
+        axis, shards = axis + int(starts[-1]) + 1, shards + len(starts) - 1
+    base[-1] = axis
+    shard0[-1] = top[-1] = shards
+    begin = np.concatenate([*begins, [0]]).astype(np.int64)
+    end = np.concatenate([*ends, [np.iinfo(np.int64).max]]).astype(np.int64)
+    grid = begin + np.repeat(base[[*sorted(shard_starts), -1]], [*map(len, begins), 1])
+    here = base[source]
+    first = np.searchsorted(grid, lo + here, side="right") - 1
+    last = np.searchsorted(grid, np.maximum(hi - 1, lo) + here, side="right") - 1
+    np.minimum(last, top[source], out=last)
     np.minimum(first, last, out=first)  # empty pieces at the very end of a stream
     cuts = last - first + 1  # shards each piece touches (1 unless it crosses a shard end)
     if (cuts > 1).any():
         piece = np.repeat(np.arange(len(lo)), cuts)
         first = first[piece] + np.arange(len(piece)) - np.repeat(np.cumsum(cuts) - cuts, cuts)
         source, lo, hi = source[piece], lo[piece], hi[piece]
-    for j, starts in shard_starts.items():
-        mine = source == j
-        begin, end = starts[first[mine]], starts[first[mine] + 1]
-        lo[mine] = np.maximum(lo[mine], begin) - begin
-        hi[mine] = np.minimum(hi[mine], end) - begin
+    begin, end = begin[first], end[first]
+    lo = np.maximum(lo, begin) - begin
+    hi = np.minimum(hi, end) - begin
+    first -= shard0[source]
     return source.astype(np.int32), first.astype(np.int32), lo, hi
 
 

@@ -400,8 +400,11 @@ class PipelineBatches:
         rows: np.ndarray,
     ) -> PackedRows:
         parts = []
-        for j, e in sorted(set(zip(sources.tolist(), epochs.tolist()))):
-            sel = (sources == j) & (epochs == e)
+        order = np.lexsort((epochs, sources))  # by (source, epoch), then slot
+        sources, epochs = sources[order], epochs[order]
+        heads = np.flatnonzero((np.diff(sources, prepend=-1) != 0) | (np.diff(epochs, prepend=-1) != 0))
+        for lo, hi in zip(heads.tolist(), [*heads[1:].tolist(), len(order)]):
+            sel, j, e = order[lo:hi], int(sources[lo]), int(epochs[lo])
             spans = self.rows(j).spans(e, rows[sel])
             parts.append(Part(j, e, self.sources[j], spans, destination[sel]))
         cfg = self.config
