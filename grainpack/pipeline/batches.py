@@ -402,7 +402,8 @@ class PipelineBatches:
         parts = []
         order = np.lexsort((epochs, sources))  # by (source, epoch), then slot
         sources, epochs = sources[order], epochs[order]
-        heads = np.flatnonzero((np.diff(sources, prepend=-1) != 0) | (np.diff(epochs, prepend=-1) != 0))
+        new = (np.diff(sources, prepend=-1) != 0) | (np.diff(epochs, prepend=-1) != 0)
+        heads = np.flatnonzero(new)
         for lo, hi in zip(heads.tolist(), [*heads[1:].tolist(), len(order)]):
             sel, j, e = order[lo:hi], int(sources[lo]), int(epochs[lo])
             spans = self.rows(j).spans(e, rows[sel])
