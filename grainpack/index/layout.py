@@ -245,7 +245,8 @@ def pack_rows(
         source.append(np.full(len(here), part.source_index))
         first.append(stream)
         last.append(stop + fold)
-        ranks.append(np.arange(1, len(here) + 1) - np.searchsorted(spans.row, spans.row))
+        if provenance or not compact:  # segment numbers: the layout's and provenance's
+            ranks.append(np.arange(1, len(here) + 1) - np.searchsorted(spans.row, spans.row))
         marks.append((here + spans.length)[spans.boundary])
         loose.append((here + spans.length)[spans.boundary & ~fold])
     empty = np.zeros(0, dtype=np.int64)
