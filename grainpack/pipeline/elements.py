@@ -90,13 +90,15 @@ class ExpandedBatches:
         if not self.pending:
             if self.plan is None or self.next_row == self.plan.num_rows:
                 element = next(self.elements)
-                if not isinstance(element, PackedRows):
+                shared = not isinstance(element, PackedRows)
+                if shared:
                     _unlink_now(element["bytes"])
                     element = PackedRows.from_element(element)
                 self.plan, self.next_row = element, 0
                 self.reader = self.batches.reader(element)
                 if self.compact:
-                    self.described = describe_rows(element, block=self.batches.config.block)
+                    block = self.batches.config.block
+                    self.described = describe_rows(element, block=block, shared=shared)
             first = self.next_row
             self.next_row = min(first + self.group, self.plan.num_rows)
             tokens = self.reader.read(first, self.next_row)

@@ -85,9 +85,11 @@ def expand_rows(packed: PackedRows, tokens: np.ndarray, *, first: int = 0) -> di
     return batch
 
 
-def describe_rows(packed: PackedRows, *, block: int) -> dict[str, np.ndarray]:
+def describe_rows(packed: PackedRows, *, block: int, shared: bool = False) -> dict[str, np.ndarray]:
     """``segment_starts`` and ``filled`` (module docstring) of every row of ``packed``, once
-    per plan: a compact plan's bits, or bits computed from a full plan's layout.
+    per plan: a compact plan's bits (copied when ``shared``: a plan from a worker is a view
+    of Grain's shared memory, which batches must not hold), or bits computed from a full
+    plan's layout.
 
     Example:
       >>> reads = dict.fromkeys(("read_source", "read_shard", "read_start", "read_stop"))
@@ -99,9 +101,7 @@ def describe_rows(packed: PackedRows, *, block: int) -> dict[str, np.ndarray]:
       ([[1, 0, 1], [1, 0, 0]], array([4, 1], dtype=int32))
     """
     if packed.segment_starts is not None:
-        # a copy: a plan from a worker is a view of Grain's shared memory, which batches
-        # must not hold
-        bits = packed.segment_starts.copy()
+        bits = packed.segment_starts.copy() if shared else packed.segment_starts
     else:  # a plan of the full layout
         # a segment that starts on a row's last token (its target only) has no input
         row, offset = np.divmod(packed.start[(packed.segment > 0) & (packed.count > 0)], block)
