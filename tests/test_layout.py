@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.index.layout import Part, pack_rows
+from grainpack.index.layout import Part, pack_rows, segment_bits
 from grainpack.index.stream import row_spans, stream_plan
 from grainpack.pipeline.expand import expand_rows
 from grainpack.pipeline.gather import RowReader
@@ -178,3 +178,18 @@ def test_provenance_of_a_segment_that_is_only_the_last_target():
     assert out["segment_ids"].tolist() == [[1, 1], [1, 1]]  # segment 2 of row 0: no input
     assert out["segment_document"].tolist() == [[0, 1, -1], [1, -1, -1]]
     assert out["segment_offset"].tolist() == [[0, 0, -1], [1, -1, -1]]
+
+
+def test_segment_bits_equal_packbits_of_the_dense_starts_even_when_bytes_are_shared():
+    rng = np.random.default_rng(5)
+    for num_rows, block in [(1, 8), (3, 10), (4, 17), (2, 64)]:
+        for _ in range(50):
+            n = int(rng.integers(0, 3 * block))  # dense: many starts share a byte
+            row, offset = rng.integers(0, num_rows, n), rng.integers(0, block, n)
+            dense = np.zeros((num_rows, block), dtype=bool)
+            dense[row, offset] = True  # duplicates set one bit once
+            got = segment_bits(row, offset, num_rows=num_rows, block=block)
+            np.testing.assert_array_equal(got, np.packbits(dense, axis=1))
+    # golden: starts at 0, 1 and 7 share byte 0; 8 is byte 1's first bit
+    got = segment_bits(np.zeros(4, int), np.array([7, 0, 8, 1]), num_rows=1, block=9)
+    assert got.tolist() == [[0b11000001, 0b10000000]]
