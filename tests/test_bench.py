@@ -69,6 +69,10 @@ def test_cli_bench_quick_writes_every_figure_as_json(tmp_path, capsys):
         assert 0 < latency["median_us"] <= latency["p99_us"] <= latency["max_us"]
         assert 0 < latency["cpu_median_us"] <= latency["cpu_p99_us"] <= latency["cpu_max_us"]
         assert 0 < latency["cold_median_us"] <= latency["cold_p99_us"]
+        # each batch's fastest of 3 replays: never above the first run's median
+        assert latency["replays"] == 3
+        assert 0 < latency["replayed_median_us"] <= latency["replayed_p99_us"]
+        assert latency["replayed_median_us"] <= latency["median_us"]
     for unit in ("documents", "windows"):
         stages = results["stages_us_per_batch"][unit]
         assert set(stages) == {"plan", "read", "expand"} and min(stages.values()) > 0
@@ -85,6 +89,7 @@ def test_cli_bench_quick_writes_every_figure_as_json(tmp_path, capsys):
     assert "limit: memcpy" in out and "x limit" in out and "restore at slot 1,000,000" in out
     assert "in-process stage, µs per batch" in out
     assert "bytes per token to the device" in out and "next() latency, µs" in out
+    assert "fastest of the replays" in out
 
 
 @pytest.mark.slow

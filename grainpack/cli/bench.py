@@ -18,7 +18,9 @@ loader's ratio to the limit is the median over rounds of its pass against the li
 
 the bytes per token each layout hands to the device, the median, p99 and max latency of
 ``next()`` over ``latency_batches`` batches (Python's garbage collector on, as in
-training; after as many batches that pay the fresh memory maps' page faults), where the
+training; after as many batches that pay the fresh memory maps' page faults; and the
+median and p99 of each batch's fastest time over three replays of the same batches, which
+drops the machine's stalls), where the
 in-process time goes (microseconds per batch to plan, read and expand), and the index
 costs: the epoch plan of 10**7 documents (time, peak extra memory), the time to the first
 batch, and a restore at slot 10**8 (``set_state`` re-reads the batch before the checkpoint
@@ -209,26 +211,33 @@ def _batches(config: PipelineConfig) -> Callable[[], object]:
     return lambda: next(iterator)
 
 
-def _latency(config: PipelineConfig, batches: int) -> dict[str, float]:
+def _latency(config: PipelineConfig, batches: int, replays: int = 3) -> dict[str, float]:
     """Microseconds of ``next()`` in-process, Python's garbage collector on, over ``2 *
-    batches`` batches of one fresh iterator: median, p99 and max of the second half (wall
+    batches`` batches of a fresh iterator: median, p99 and max of the second half (wall
     clock, and the thread's CPU time, which preemptions on a busy machine do not inflate),
     and median and p99 of the first half, whose reads also take the first-touch page faults
-    of fresh memory maps."""
-    iterator = iter(make_dataset(config, process_index=0, process_count=1))
-    next(iterator)
-    times = np.empty((2 * batches, 2))
-    for k in range(2 * batches):
-        t0, c0 = time.perf_counter(), time.thread_time()
+    of fresh memory maps. The same batches are then replayed by ``replays - 1`` more fresh
+    iterators: the median and p99 of each batch's fastest time (``replayed_*``) keep the
+    loader's own slow batches, which are slow in every replay, and drop the machine's
+    stalls, which hit other batches each time."""
+    times = np.empty((replays, 2 * batches, 2))
+    for r in range(replays):
+        iterator = iter(make_dataset(config, process_index=0, process_count=1))
         next(iterator)
-        times[k] = time.perf_counter() - t0, time.thread_time() - c0
+        for k in range(2 * batches):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            next(iterator)
+            times[r, k] = time.perf_counter() - t0, time.thread_time() - c0
+        iterator.close()
     times *= 1e6
-    out = {"batches": batches}
+    out = {"batches": batches, "replays": replays}
     for j, clock in enumerate(("", "cpu_")):
-        median, p99, top = np.percentile(times[batches:, j], [50, 99, 100])
+        median, p99, top = np.percentile(times[0, batches:, j], [50, 99, 100])
         out.update({f"{clock}median_us": median, f"{clock}p99_us": p99, f"{clock}max_us": top})
-    out["cold_median_us"], out["cold_p99_us"] = np.percentile(times[:batches, 0], [50, 99])
-    return {k: float(v) if k != "batches" else v for k, v in out.items()}
+    out["cold_median_us"], out["cold_p99_us"] = np.percentile(times[0, :batches, 0], [50, 99])
+    fastest = times[:, batches:, 0].min(axis=0)
+    out["replayed_median_us"], out["replayed_p99_us"] = np.percentile(fastest, [50, 99])
+    return {k: v if k in ("batches", "replays") else float(v) for k, v in out.items()}
 
 
 def _bytes_per_token(config: PipelineConfig) -> float:
@@ -386,7 +395,7 @@ def run_benchmarks(
       json_path: also write the results there as JSON.
       progress: show which measurement runs (a progress bar on stderr).
       latency_batches: batches timed one by one per grainpack configuration, after as many
-        from a fresh iterator (10**3 when ``quick``).
+        from a fresh iterator, in each of three replays (10**3 when ``quick``).
 
     Returns:
       ``{"machine", "date", "settings", "corpus", "throughput", "bytes_per_token",
@@ -511,6 +520,7 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     latency = results["latency_us"].values()
     tails = max(x["p99_us"] / x["median_us"] for x in latency)
     cpu_tails = max(x["cpu_p99_us"] / x["cpu_median_us"] for x in latency)
+    replayed = max(x["replayed_p99_us"] / x["replayed_median_us"] for x in latency)
     rows = [
         ("full layout in-process, worst unit (x limit)", full, ">=", 0.17),
         (
@@ -527,6 +537,7 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         ("next() p99 / median, worst configuration", tails, "<=", 3.0),
         ("next() p99 / median in thread CPU time, worst configuration", cpu_tails, "<=", 3.0),
+        ("next() p99 / median, fastest of the replays, worst configuration", replayed, "<=", 3.0),
         ("2 workers / in-process (worst unit)", workers, ">=", 1.0),
         (
             f"epoch plan of {index['plan']['documents']:,} documents, s",
@@ -578,12 +589,13 @@ def format_table(results: dict[str, Any], *, markdown: bool = False) -> str:
             )
             for unit in UNITS
         ],
-        [("next() latency, µs (CPU time)", "median", "p99", "max", "fresh p99")]
+        [("next() latency, µs (CPU time)", "median", "p99", "max", "fresh p99", "replayed")]
         + [
             (
                 THROUGHPUT_LABELS[name].removeprefix("grainpack ").removesuffix(", in-process"),
                 *(f"{x[k]:.1f} ({x[f'cpu_{k}']:.1f})" for k in ("median_us", "p99_us", "max_us")),
                 f"{x['cold_p99_us']:.1f}",
+                f"{x['replayed_median_us']:.1f} / {x['replayed_p99_us']:.1f}",
             )
             for name, x in results["latency_us"].items()
         ],
