@@ -164,6 +164,7 @@ def test_a_failed_rebuild_keeps_the_old_corpus(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "manifest.json",
         "offsets-00000.bin",
+        "summary-00000.bin",
         "tokens-00000.bin",
     ]
 

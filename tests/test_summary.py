@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.corpus.summary import ShardSummary, block_tokens, summary_pieces
+from grainpack.corpus.build import merge_corpora
+from grainpack.corpus.summary import ShardSummary, block_tokens, shard_totals, summary_pieces
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +50,36 @@ def test_stored_totals_equal_a_scan_for_any_block_size(tmp_path, cache):
         "7.npy",
     ]
     assert block_tokens(src, 7).tolist() == expected_totals(src.lengths, 7)  # from the cache
+
+
+def test_shard_totals_equal_the_shard_summary_of_the_same_documents():
+    rng = np.random.default_rng(2)
+    for first in (0, 1, 255, 256, 511, 1000):
+        for n in (0, 1, 255, 256, 257, 700):
+            lengths = rng.integers(0, 50, n)
+            summary = ShardSummary(first_document=first, block_docs=256)
+            for tokens in lengths.tolist():
+                summary.add(tokens)
+            got = shard_totals(lengths, first, 256)
+            assert got.dtype == np.int64 and got.tolist() == summary.totals()
+            assert len(got) == summary_pieces(first, n, 256)
+
+
+def test_a_merged_corpus_stores_its_block_totals(tmp_path, cache):
+    # Parts of 300 and 500 documents: the second part's blocks start mid-block in the merge.
+    parts = [
+        gp.write_corpus(tmp_path / "a", documents(300, seed=1), shard_tokens=700),
+        gp.write_corpus(tmp_path / "b", documents(500, seed=2), shard_tokens=900),
+    ]
+    merged = merge_corpora([tmp_path / "a", tmp_path / "b"], tmp_path / "ab")
+    assert gp.read_manifest(tmp_path / "ab")["version"] == 2
+    assert merged.summary_block_docs == 256 and len(merged.shards) == sum(
+        len(p.shards) for p in parts
+    )
+    for c in (256, 512, 768):  # multiples of the stored block: read from the corpus
+        assert block_tokens(merged, c).tolist() == expected_totals(merged.lengths, c)
+    assert not cache.exists()  # nothing was scanned
+    assert gp.verify_corpus(tmp_path / "ab").num_documents == 800
 
 
 def test_version_1_corpus_opens_and_its_totals_are_cached_outside_it(tmp_path, cache):

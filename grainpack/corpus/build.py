@@ -34,8 +34,9 @@ import tqdm
 
 from grainpack.corpus.errors import CorpusError, CorpusExistsError
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.native import MANIFEST_NAME, read_manifest
+from grainpack.corpus.native import FORMAT_VERSION, MANIFEST_NAME, read_manifest
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, shard_totals
 from grainpack.corpus.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
 from grainpack.corpus.tokenizers import Tokenizer, load_tokenizer
 from grainpack.corpus.transaction import Transaction
@@ -430,8 +431,10 @@ def merge_corpora(
     atomic rename, as :class:`~grainpack.corpus.writer.CorpusWriter` does: until then ``out``
     is unchanged. The manifest copies the parts' shard checksums and records the largest
     token id; it has no ``content_sha256`` (that needs every token read again), so its
-    fingerprint covers the shard checksums. The parts must agree on ``dtype``,
-    ``vocab_size``, ``eos_id`` and ``tokenizer``.
+    fingerprint covers the shard checksums. The block totals of every shard are computed
+    from its offsets (8 bytes a document; no token is read) and stored as in a written
+    corpus (format version 2), so the blocked order never scans a merged corpus. The parts
+    must agree on ``dtype``, ``vocab_size``, ``eos_id`` and ``tokenizer``.
 
     Raises:
         CorpusError: A part is not a complete native corpus, or the parts disagree.
@@ -471,7 +474,7 @@ def merge_corpora(
                 )
     transaction = Transaction(out, overwrite=overwrite)
     try:
-        shards = []
+        shards, first_document = [], 0
         for path, m in zip(paths, manifests):
             for s in m["shards"]:
                 n = len(shards)
@@ -488,13 +491,21 @@ def merge_corpora(
                             "merge never copies tokens: put the output on the parts' file system"
                         ) from err
                 # Block totals are per corpus-wide blocks of documents: the parts' do not
-                # line up in the merged corpus, so it is a version 1 corpus (the totals are
-                # computed when a blocked order first needs them, and cached).
+                # line up in the merged corpus, so they are recomputed from the offsets.
+                offsets = np.fromfile(path / s["offsets_file"], dtype="<i8")
+                totals = shard_totals(np.diff(offsets), first_document, SUMMARY_BLOCK_DOCS)
+                summary = totals.astype("<i8").tobytes()
+                names["summary_file"] = f"summary-{n:05d}.bin"
+                transaction.write_file(names["summary_file"], summary)
                 kept = {k: v for k, v in s.items() if not k.startswith("summary_")}
-                shards.append({**kept, **names})
+                shards.append(
+                    {**kept, **names, "summary_sha256": hashlib.sha256(summary).hexdigest()}
+                )
+                first_document += s["num_documents"]
         keys = ("format", "dtype", "vocab_size", "eos_id")
         manifest: dict[str, Any] = {key: first[key] for key in keys}
-        manifest["version"] = 1
+        manifest["version"] = FORMAT_VERSION
+        manifest["summary_block_docs"] = SUMMARY_BLOCK_DOCS
         manifest["num_documents"] = sum(m["num_documents"] for m in manifests)
         manifest["num_tokens"] = sum(m["num_tokens"] for m in manifests)
         highest = [m.get("max_token_id") for m in manifests if m["num_tokens"]]

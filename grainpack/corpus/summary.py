@@ -33,7 +33,7 @@ import numpy as np
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.source import TokenShardSource
 
-__all__ = ["SUMMARY_BLOCK_DOCS", "ShardSummary", "block_tokens", "summary_pieces"]
+__all__ = ["SUMMARY_BLOCK_DOCS", "ShardSummary", "block_tokens", "shard_totals", "summary_pieces"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,23 @@ def summary_pieces(first_document: int, num_documents: int, block_docs: int) -> 
     if num_documents == 0:
         return 0
     return (first_document + num_documents - 1) // block_docs - first_document // block_docs + 1
+
+
+def shard_totals(lengths: np.ndarray, first_document: int, block_docs: int) -> np.ndarray:
+    """The block totals (``summary-NNNNN.bin``, as int64) of a shard whose documents, of
+    ``lengths`` tokens, start at ``first_document`` of the corpus: what
+    :class:`ShardSummary` counts while writing, from the lengths of a shard already written.
+
+    Example:
+        >>> shard_totals(np.array([3, 4, 5]), first_document=255, block_docs=256).tolist()
+        [3, 9]
+    """
+    heads = np.arange(-first_document % block_docs, len(lengths), block_docs)
+    if len(lengths) and (len(heads) == 0 or heads[0] != 0):
+        heads = np.concatenate([[0], heads])
+    if not len(lengths):
+        return np.zeros(0, dtype=np.int64)
+    return np.add.reduceat(np.asarray(lengths, dtype=np.int64), heads)
 
 
 class ShardSummary:

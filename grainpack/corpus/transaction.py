@@ -217,6 +217,13 @@ class Transaction:
         # aborted when it is collected or the interpreter exits.
         self._cleanup = weakref.finalize(self, _abandon, self.staging, self._lock)
 
+    def write_file(self, name: str, data: bytes) -> None:
+        """Writes ``data`` to ``name`` in the staging folder, durably."""
+        with open(self.staging / name, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         """Writes ``manifest.json`` into the staging folder, durably."""
         with open(self.staging / MANIFEST_NAME, "w") as f:
