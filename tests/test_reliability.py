@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable
 from typing import Any
@@ -682,27 +683,23 @@ def run_child(code: str, *args: str, user: int | None = None) -> subprocess.Comp
     )
 
 
-@pytest.mark.parametrize("change", ["truncate", "shrink", "rewrite", "overwrite"])
-def test_files_changed_under_a_live_iterator_raise_a_python_error(tmp_path, change):
-    """A shard truncated in place (to nothing: SIGBUS before; by half, inside its one page:
-    zeros before), rewritten with the same size, or the whole corpus replaced by
-    ``overwrite=True``: the next read names the file; no batch mixes old and new tokens
-    (every batch before the error equals an uninterrupted run's)."""
-    damage = {
-        "truncate": "os.truncate(shard, 0)",
-        "shrink": "os.truncate(shard, shard.stat().st_size // 2)",
-        # same size, new bytes; a write 10 ms later than the original (the kernel's timestamp
-        # granularity is a few ms, so a rewrite in the same instant keeps the mtime)
-        "rewrite": "mtime = shard.stat().st_mtime_ns\n"
-        "shard.write_bytes(bytes(reversed(shard.read_bytes())))\n"
-        "os.utime(shard, ns=(mtime + 10**7, mtime + 10**7))",
-        "overwrite": "gp.write_corpus(path, [d[::-1] for d in docs], shard_tokens=500, "
-        "overwrite=True)",
-    }[change]
-    code = (
-        CHILD_PRELUDE
-        + damage
-        + """
+CHANGES = {
+    "truncate": "os.truncate(shard, 0)",
+    "shrink": "os.truncate(shard, shard.stat().st_size // 2)",
+    # same size, new bytes; a write 10 ms later than the original (the kernel's timestamp
+    # granularity is a few ms, so a rewrite in the same instant keeps the mtime)
+    "rewrite": "mtime = shard.stat().st_mtime_ns\n"
+    "shard.write_bytes(bytes(reversed(shard.read_bytes())))\n"
+    "os.utime(shard, ns=(mtime + 10**7, mtime + 10**7))",
+    "overwrite": "gp.write_corpus(path, [d[::-1] for d in docs], shard_tokens=500, overwrite=True)",
+}
+CHANGED = {
+    "truncate": r"size \d+ -> 0 bytes",
+    "shrink": r"size \d+ -> \d+ bytes",
+    "rewrite": r"modified in place: same size, new modification time",
+    "overwrite": r"replaced by another file",
+}
+CHANGE_CHECK = """
 time.sleep(2 * CHECK_SECONDS)
 for step in range(3, len(want)):
     try:
@@ -712,20 +709,29 @@ for step in range(3, len(want)):
         break
     assert all(np.array_equal(got[k], want[step][k]) for k in got), f"mixed batch {step}"
 """
-    )
-    result = run_child(code, str(tmp_path / "c"))
+
+
+def test_files_changed_under_a_live_iterator_raise_a_python_error(tmp_path):
+    """A shard truncated in place (to nothing: SIGBUS before; by half, inside its one page:
+    zeros before), rewritten with the same size, or the whole corpus replaced by
+    ``overwrite=True``: the next read names the file; no batch mixes old and new tokens
+    (every batch before the error equals an uninterrupted run's). One child process (the
+    imports are most of its time) runs the four cases, each on its own corpus."""
+    cases = [
+        f"def {change}():\n"
+        + textwrap.indent(CHILD_PRELUDE + damage + CHANGE_CHECK, "    ")
+        + f"\nsys.argv[1] = {str(tmp_path / change)!r}\nprint('CASE', {change!r})\n{change}()\n"
+        for change, damage in CHANGES.items()
+    ]
+    result = run_child("import sys\n" + "".join(cases), "")
     assert result.returncode == 0, result.stderr[-3000:]
-    line = result.stdout.strip().splitlines()[-1]
-    # raised at the first read after the change (the steps before were read before it)
-    assert line.startswith("ERROR True "), result.stdout[-2000:]
-    expected = {
-        "truncate": r"size \d+ -> 0 bytes",
-        "shrink": r"size \d+ -> \d+ bytes",
-        "rewrite": r"modified in place: same size, new modification time",
-        "overwrite": r"replaced by another file",
-    }[change]
-    assert re.search(rf"changed since the corpus was opened \({expected}\)", line), line
-    assert str(tmp_path / "c" / "tokens-0000") in line  # the file is named
+    lines = result.stdout.strip().splitlines()
+    for change, expected in CHANGED.items():
+        line = lines[lines.index(f"CASE {change}") + 1]
+        # raised at the first read after the change (the steps before were read before it)
+        assert line.startswith("ERROR True "), (change, result.stdout[-2000:])
+        assert re.search(rf"changed since the corpus was opened \({expected}\)", line), line
+        assert str(tmp_path / change / "tokens-0000") in line  # the file is named
 
 
 def test_truncated_shard_read_through_the_source_raises_not_sigbus(tmp_path):
