@@ -65,7 +65,7 @@ def test_cli_bench_quick_writes_every_figure_as_json(tmp_path, capsys):
     assert bytes_per_token["documents_compact"] == bytes_per_token["windows_compact"] == compact
     assert set(results["latency_us"]) == GRAINPACK
     for latency in results["latency_us"].values():
-        assert latency["batches"] == 1000
+        assert latency["batches"] == 300
         assert 0 < latency["median_us"] <= latency["p99_us"] <= latency["max_us"]
         assert 0 < latency["cpu_median_us"] <= latency["cpu_p99_us"] <= latency["cpu_max_us"]
         assert 0 < latency["cold_median_us"] <= latency["cold_p99_us"]

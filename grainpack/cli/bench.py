@@ -395,7 +395,7 @@ def run_benchmarks(
       json_path: also write the results there as JSON.
       progress: show which measurement runs (a progress bar on stderr).
       latency_batches: batches timed one by one per grainpack configuration, after as many
-        from a fresh iterator, in each of three replays (10**3 when ``quick``).
+        from a fresh iterator, in each of three replays (300 when ``quick``).
 
     Returns:
       ``{"machine", "date", "settings", "corpus", "throughput", "bytes_per_token",
@@ -413,7 +413,7 @@ def run_benchmarks(
         raise ValueError(f"tokens must be an int >= {4 * (BLOCK + 1)}; got {tokens=}")
     if quick:
         tokens, passes = min(tokens, 2_000_000), min(passes, 2)
-        latency_batches = min(latency_batches, 1000)
+        latency_batches = min(latency_batches, 300)
     seconds, plan_documents, slot = (0.05, 10**5, 10**6) if quick else (1.0, 10**7, 10**8)
     if directory is None:
         cache = os.environ.get("GRAINPACK_CACHE") or Path.home() / ".cache" / "grainpack"
