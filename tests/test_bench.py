@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import grainpack as gp
+from grainpack.cli import bench
 from grainpack.cli.bench import document_lengths
 from grainpack.cli.main import main
 
@@ -34,12 +35,29 @@ def test_document_lengths_sum_and_clip():
     assert 450 < np.median(lengths) < 750
 
 
+def test_cli_bench_passes_its_options(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "run_benchmarks", lambda **kwargs: calls.append(kwargs))
+    argv = ["bench", "--quick", "--tokens", "5000000", "--directory", str(tmp_path)]
+    assert main([*argv, "--json", str(tmp_path / "b.json")]) == 0
+    assert main(["bench"]) == 0
+    default = {"tokens": 200_000_000, "directory": None, "passes": 5, "quick": False}
+    assert calls == [
+        {"tokens": 5_000_000, "directory": str(tmp_path), "passes": 5, "quick": True,
+         "json_path": str(tmp_path / "b.json")},
+        {**default, "json_path": None},
+    ]  # fmt: skip
+
+
 @pytest.mark.slow
-def test_cli_bench_quick_writes_every_figure_as_json(tmp_path, capsys):
-    path = tmp_path / "bench.json"
-    argv = ["bench", "--quick", "--directory", str(tmp_path / "corpus"), "--json", str(path)]
-    assert main(argv) == 0
-    results = json.loads(path.read_text())
+def test_benchmark_scripts_run_end_to_end(tmp_path):
+    root = Path(__file__).parent.parent / "benchmarks"
+    corpus, out = tmp_path / "corpus", tmp_path / "out"
+    run = [sys.executable, str(root / "run.py"), "--quick", "--directory", str(corpus)]
+    done = subprocess.run([*run, "--output", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (table,) = out.glob("bench-quick-*.md")
+    results = json.loads(table.with_suffix(".json").read_text())
     assert set(results) == {
         "date",
         "machine",
@@ -78,30 +96,18 @@ def test_cli_bench_quick_writes_every_figure_as_json(tmp_path, capsys):
         assert set(stages) == {"plan", "read", "expand"} and min(stages.values()) > 0
     assert results["corpus"]["tokens"] == 2_000_000
     for name in ("a", "b"):
-        source = gp.open_corpus(tmp_path / "corpus" / name)
+        source = gp.open_corpus(corpus / name)
         assert source.dtype == np.uint16 and source.num_tokens == 1_000_000
     index = results["index"]
     assert index["plan"]["documents"] == 10**5 and index["plan"]["peak_extra_mib"] > 0
     assert index["restore"]["slot"] == 10**6 and index["first_batch_seconds"] > 0
     assert set(index["worker_startup_seconds"]) == {"documents", "windows"}
     assert all(isinstance(t["met"], bool) for t in results["targets"])
-    out = capsys.readouterr().out
-    assert "limit: memcpy" in out and "x limit" in out and "restore at slot 1,000,000" in out
-    assert "in-process stage, µs per batch" in out
-    assert "bytes per token to the device" in out and "next() latency, µs" in out
-    assert "fastest of the replays" in out
-
-
-@pytest.mark.slow
-def test_benchmark_scripts_run_end_to_end(tmp_path):
-    root = Path(__file__).parent.parent / "benchmarks"
-    corpus, out = tmp_path / "corpus", tmp_path / "out"
-    run = [sys.executable, str(root / "run.py"), "--quick", "--directory", str(corpus)]
-    done = subprocess.run([*run, "--output", str(out)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    (table,) = out.glob("bench-quick-*.md")
-    assert "| limit: memcpy of block+1 rows |" in table.read_text()
-    assert json.loads(table.with_suffix(".json").read_text())["corpus"]["tokens"] == 2_000_000
+    for text in (done.stdout, table.read_text()):
+        assert "limit: memcpy of block+1 rows" in text and "x limit" in text
+        assert "restore at slot 1,000,000" in text and "in-process stage, µs per batch" in text
+        assert "bytes per token to the device" in text and "next() latency, µs" in text
+        assert "fastest of the replays" in text
     resume = [sys.executable, str(root / "bench_resume.py"), "--slot", "100000"]
     done = subprocess.run(resume, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
