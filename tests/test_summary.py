@@ -152,3 +152,15 @@ def test_a_corrupt_summary_file_is_refused(tmp_path):
     totals.tofile(summary)
     with pytest.raises(gp.CorpusError, match=r"summary-00000\.bin: expected 2 non-negative block"):
         block_tokens(src, 256)
+
+
+def test_merge_refuses_a_part_whose_offsets_are_corrupt(tmp_path):
+    gp.write_corpus(tmp_path / "a", documents(50, seed=1))
+    gp.write_corpus(tmp_path / "b", documents(50, seed=2))
+    offsets = tmp_path / "b" / "offsets-00000.bin"
+    data = bytearray(offsets.read_bytes())
+    data[8:16], data[16:24] = data[16:24], data[8:16]  # documents 0 and 1 end out of order
+    offsets.write_bytes(bytes(data))
+    with pytest.raises(gp.CorpusError, match=r"offsets-00000\.bin: document offsets decrease"):
+        merge_corpora([tmp_path / "a", tmp_path / "b"], tmp_path / "ab")
+    assert not (tmp_path / "ab").exists()

@@ -35,6 +35,7 @@ import tqdm
 from grainpack.corpus.errors import CorpusError, CorpusExistsError
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import FORMAT_VERSION, MANIFEST_NAME, read_manifest
+from grainpack.corpus.shards import check_offsets
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, shard_totals
 from grainpack.corpus.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
@@ -493,6 +494,7 @@ def merge_corpora(
                 # Block totals are per corpus-wide blocks of documents: the parts' do not
                 # line up in the merged corpus, so they are recomputed from the offsets.
                 offsets = np.fromfile(path / s["offsets_file"], dtype="<i8")
+                check_offsets(offsets, s["num_tokens"], str(path / s["offsets_file"]))
                 totals = shard_totals(np.diff(offsets), first_document, SUMMARY_BLOCK_DOCS)
                 summary = totals.astype("<i8").tobytes()
                 names["summary_file"] = f"summary-{n:05d}.bin"
