@@ -438,7 +438,8 @@ def merge_corpora(
     must agree on ``dtype``, ``vocab_size``, ``eos_id`` and ``tokenizer``.
 
     Raises:
-        CorpusError: A part is not a complete native corpus, or the parts disagree.
+        CorpusError: A part is not a complete native corpus, its offsets are corrupt, or the
+          parts disagree.
         CorpusExistsError: ``out`` holds a corpus and ``overwrite`` is false.
         ValueError: The file system cannot hard-link the shards into ``out``.
 
