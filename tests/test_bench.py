@@ -25,6 +25,7 @@ THROUGHPUT = {
     *GRAINPACK,
     "documents_workers",
     "windows_workers",
+    "documents_compact_workers",
 }
 
 
@@ -101,7 +102,7 @@ def test_benchmark_scripts_run_end_to_end(tmp_path):
     index = results["index"]
     assert index["plan"]["documents"] == 10**5 and index["plan"]["peak_extra_mib"] > 0
     assert index["restore"]["slot"] == 10**6 and index["first_batch_seconds"] > 0
-    assert set(index["worker_startup_seconds"]) == {"documents", "windows"}
+    assert set(index["worker_startup_seconds"]) == {"documents", "windows", "documents_compact"}
     assert all(isinstance(t["met"], bool) for t in results["targets"])
     for text in (done.stdout, table.read_text()):
         assert "limit: memcpy of block+1 rows" in text and "x limit" in text

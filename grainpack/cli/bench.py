@@ -14,7 +14,7 @@ loader's ratio to the limit is the median over rounds of its pass against the li
   (``source -> shuffle -> to_iter_dataset -> ConcatThenSplit -> batch``);
 * grainpack ``make_dataset`` (documents with a boundary token, and windows; both sources
   mixed), in the full layout (every output key) and the compact one, in-process and (full
-  layout) with 2 Grain worker processes;
+  layout, and compact documents) with 2 Grain worker processes;
 
 the bytes per token each layout hands to the device, the median, p99 and max latency of
 ``next()`` over ``latency_batches`` batches (Python's garbage collector on, as in
@@ -367,6 +367,7 @@ THROUGHPUT_LABELS = {
     "windows_compact": "grainpack windows, compact, in-process",
     "documents_workers": "grainpack documents, 2 workers",
     "windows_workers": "grainpack windows, 2 workers",
+    "documents_compact_workers": "grainpack documents, compact, 2 workers",
 }
 GRAINPACK = ("documents", "windows", "documents_compact", "windows_compact")
 
@@ -447,13 +448,14 @@ def run_benchmarks(
         "grain_packer": _grain_packer(paths["a"]),
         **{name: _batches(configs[name]) for name in GRAINPACK},
     }
-    stages = passes + 4  # rounds of every step, two worker runs, latency, index costs
+    with_workers = (*UNITS, "documents_compact")
+    stages = passes + len(with_workers) + 2  # rounds, worker runs, latency, index costs
     bar = tqdm.tqdm(total=stages, desc="bench", unit="stage", disable=not progress, file=sys.stderr)
     rates = _rates(steps, width, passes, seconds, bar)
     startup = {}
-    for unit in ("documents", "windows"):
-        bar.set_postfix_str(THROUGHPUT_LABELS[f"{unit}_workers"])
-        startup[unit], rates[f"{unit}_workers"] = _with_workers(configs[unit], passes, seconds)
+    for name in with_workers:
+        bar.set_postfix_str(THROUGHPUT_LABELS[f"{name}_workers"])
+        startup[name], rates[f"{name}_workers"] = _with_workers(configs[name], passes, seconds)
         bar.update()
     bar.set_postfix_str(f"next() latency over {latency_batches:,} batches")
     latency = {name: _latency(configs[name], latency_batches) for name in GRAINPACK}
