@@ -24,10 +24,10 @@ def real_tokens_per_row(batch):
     return (batch["segment_ids"] > 0).sum(axis=1) + batch["loss_mask"][:, -1]
 
 
-@pytest.mark.parametrize("unit", ["documents", "windows"])
-@pytest.mark.parametrize("weights", [None, {"big": 0.9, "small": 0.1}])
-@pytest.mark.parametrize("count", [1, 2])
-def test_accounting_equals_brute_force_count(paths, unit, weights, count):
+def counted(paths, weights, unit, count, steps):
+    """The config (provenance on) and, per step 1..``steps``, what its batches on ``count``
+    processes hold, counted from provenance: ``(step, rows, real, taken, last_epoch)``,
+    cumulative rows and real tokens per source, this step's rows and the last epoch seen."""
     cfg = gp.PipelineConfig(
         sources=paths,
         block=8,
@@ -37,21 +37,34 @@ def test_accounting_equals_brute_force_count(paths, unit, weights, count):
         weights=weights,
         provenance=True,
     )
-    iterators = [
-        iter(gp.make_dataset(cfg, process_index=p, process_count=count)) for p in range(count)
-    ]
-    rows = {"big": 0, "small": 0}
-    real = {"big": 0, "small": 0}
-    last_epoch = {"big": 0, "small": 0}
-    for step in range(1, 31):
-        for it in iterators:
-            batch = next(it)
-            per_row = real_tokens_per_row(batch)
-            for r, j in enumerate(batch["source"].tolist()):
-                name = list(paths)[j]
-                rows[name] += 1
-                real[name] += int(per_row[r])
-                last_epoch[name] = int(batch["epoch"][r])
+
+    def steps_counted():
+        iterators = [
+            iter(gp.make_dataset(cfg, process_index=p, process_count=count)) for p in range(count)
+        ]
+        rows, real, last_epoch = (dict.fromkeys(paths, 0) for _ in range(3))
+        for step in range(1, steps + 1):
+            taken = dict.fromkeys(paths, 0)
+            for it in iterators:
+                batch = next(it)
+                per_row = real_tokens_per_row(batch)
+                for r, j in enumerate(batch["source"].tolist()):
+                    name = list(paths)[j]
+                    rows[name] += 1
+                    taken[name] += 1
+                    real[name] += int(per_row[r])
+                    last_epoch[name] = int(batch["epoch"][r])
+            yield step, rows, real, taken, last_epoch
+
+    return cfg, steps_counted()
+
+
+@pytest.mark.parametrize("unit", ["documents", "windows"])
+@pytest.mark.parametrize("weights", [None, {"big": 0.9, "small": 0.1}])
+@pytest.mark.parametrize("count", [1, 2])
+def test_accounting_equals_brute_force_count(paths, unit, weights, count):
+    cfg, steps = counted(paths, weights, unit, count, 30)
+    for step, rows, real, _, last_epoch in steps:
         if step % 10:
             continue
         accounts = gp.mixture_accounting(cfg, step)
@@ -135,32 +148,10 @@ SCHEDULE = [
 @pytest.mark.parametrize("unit", ["documents", "windows"])
 @pytest.mark.parametrize("count", [1, 2])
 def test_accounting_with_a_schedule_equals_brute_force_count(paths, unit, count):
-    cfg = gp.PipelineConfig(
-        sources=paths,
-        block=8,
-        global_batch_size=4,
-        seed=5,
-        unit=unit,
-        weights=SCHEDULE,
-        provenance=True,
-    )
-    iterators = [
-        iter(gp.make_dataset(cfg, process_index=p, process_count=count)) for p in range(count)
-    ]
-    rows = {"big": 0, "small": 0}
-    real = {"big": 0, "small": 0}
+    cfg, steps = counted(paths, SCHEDULE, unit, count, 26)
     per_step = []
     checked = (5, 8, 10, 12, 15, 20, 26)  # inside stage 0, at the ramp, in it, after, ...
-    for step in range(1, 27):
-        taken = {"big": 0, "small": 0}
-        for it in iterators:
-            batch = next(it)
-            per_row = real_tokens_per_row(batch)
-            for r, j in enumerate(batch["source"].tolist()):
-                name = list(paths)[j]
-                rows[name] += 1
-                taken[name] += 1
-                real[name] += int(per_row[r])
+    for step, rows, real, taken, _ in steps:
         per_step.append(taken)
         if step not in checked:
             continue

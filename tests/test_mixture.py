@@ -202,15 +202,16 @@ def test_the_bandit_moves_the_mixture_stage_by_stage(sources):
     assert accounts["high"].target_share == pytest.approx(np.mean(high[:8]), abs=1e-15)
 
 
+def one_process_run(sources, steps):
+    """A fresh bandit and the batches of ``steps`` steps trained on one process."""
+    bandit = make_bandit()
+    it = iter(gp.make_dataset(make_config(sources, bandit), process_index=0, process_count=1))
+    return bandit, train([it], [bandit], steps)
+
+
 def test_two_processes_fed_the_same_rewards_decide_the_same_weights(sources):
     steps = 7 * STAGE
-    reference_bandit = make_bandit()
-    reference = train(
-        [iter(gp.make_dataset(make_config(sources, reference_bandit), process_index=0,
-                              process_count=1))],
-        [reference_bandit],
-        steps,
-    )  # fmt: skip
+    reference_bandit, reference = one_process_run(sources, steps)
     bandits = [make_bandit(), make_bandit()]
     iterators = [
         iter(gp.make_dataset(make_config(sources, b), process_index=p, process_count=2))
@@ -237,13 +238,7 @@ def test_the_pipeline_refuses_a_stage_that_is_not_decided(sources):
 
 def test_orbax_save_at_a_stage_boundary_continues_identically(sources, tmp_path):
     steps, cut = 8 * STAGE, 4 * STAGE
-    reference_bandit = make_bandit()
-    reference = train(
-        [iter(gp.make_dataset(make_config(sources, reference_bandit), process_index=0,
-                              process_count=1))],
-        [reference_bandit],
-        steps,
-    )  # fmt: skip
+    reference_bandit, reference = one_process_run(sources, steps)
     bandit = make_bandit()
     it = iter(gp.make_dataset(make_config(sources, bandit), process_index=0, process_count=1))
     train([it], [bandit], cut)
