@@ -455,14 +455,14 @@ def merge_corpora(
         raise ValueError(f"parts must be a non-empty list of corpus directories, got {parts!r}")
     out = Path(out)
     paths = [Path(p) for p in parts]
-    manifests = []
+    manifests, sources = [], []
     for path in paths:
         if not (path / MANIFEST_NAME).is_file():
             raise CorpusError(
                 f"{path}: not a complete grainpack corpus (no {MANIFEST_NAME}); merge takes "
                 "native corpora: build or convert the part first"
             )
-        open_corpus(path)  # schema and file sizes
+        sources.append(open_corpus(path))  # schema and file sizes
         manifests.append(read_manifest(path))
         if path.resolve() == out.resolve():
             raise ValueError(f"out must not be one of the parts, got {out=}")
@@ -477,8 +477,8 @@ def merge_corpora(
     transaction = Transaction(out, overwrite=overwrite)
     try:
         shards, first_document = [], 0
-        for path, m in zip(paths, manifests):
-            for s in m["shards"]:
+        for path, m, source in zip(paths, manifests, sources):
+            for s, record in zip(m["shards"], source.shards):
                 n = len(shards)
                 names = {
                     "tokens_file": f"tokens-{n:05d}.bin",
@@ -494,8 +494,9 @@ def merge_corpora(
                         ) from err
                 # Block totals are per corpus-wide blocks of documents: the parts' do not
                 # line up in the merged corpus, so they are recomputed from the offsets.
-                offsets = np.fromfile(path / s["offsets_file"], dtype="<i8")
-                check_offsets(offsets, s["num_tokens"], str(path / s["offsets_file"]))
+                # The offsets file the part was opened with (a map; its identity checked).
+                offsets = record.documents.mapped()
+                check_offsets(offsets, record.num_tokens, record.documents.path)
                 totals = shard_totals(np.diff(offsets), first_document, SUMMARY_BLOCK_DOCS)
                 summary = totals.astype("<i8").tobytes()
                 names["summary_file"] = f"summary-{n:05d}.bin"
