@@ -247,8 +247,9 @@ def pack_rows(
         last.append(stop + fold)
         if provenance or not compact:  # segment numbers: the layout's and provenance's
             ranks.append(np.arange(1, len(here) + 1) - np.searchsorted(spans.row, spans.row))
-        marks.append((here + spans.length)[spans.boundary])
-        loose.append((here + spans.length)[spans.boundary & ~fold])
+        end = here + spans.length
+        marks.append(end[spans.boundary])
+        loose.append(end[spans.boundary & ~fold])
     empty = np.zeros(0, dtype=np.int64)
     at, source, first, last, marks, loose = (
         np.concatenate(x or [empty]) for x in (at, source, first, last, marks, loose)
@@ -260,11 +261,14 @@ def pack_rows(
     n_loose, n_pads = len(loose), len(short)
     flat = np.concatenate([at, loose, pad_at])  # where each piece starts in the tokens
     order = np.argsort(flat, kind="stable")
+    placed = flat[order]
+    row = placed // width
     layout: dict[str, Any] = dict.fromkeys(LAYOUT_FIELDS)
     if compact:
-        row, offset = np.divmod(at, width)
-        inputs = offset < block  # a span that starts on a row's last token has no input
-        bits = segment_bits(row[inputs], offset[inputs], num_rows=num_rows, block=block)
+        offset = placed - row * width
+        # a span's start, unless on a row's last token (a target only, no input)
+        starts = (order < len(at)) & (offset < block)
+        bits = segment_bits(row[starts], offset[starts], num_rows=num_rows, block=block)
     else:
         layout, bits = _layout(at, pad_at, order, n_loose, ranks, filled, block), None
     # Read table: spans, loose boundary tokens and padding runs, in token order.
@@ -275,7 +279,7 @@ def pack_rows(
         np.concatenate([source, constant])[order],
         lo[order],
         hi[order],
-        flat[order] // width,
+        row,
         {part.source_index: part.stream.shard_starts for part in parts},
     )
     return PackedRows(
