@@ -7,7 +7,7 @@ import numpy as np
 import grainpack as gp
 from grainpack.index.layout import PackedRows, Provenance
 from grainpack.pipeline.batches import PipelineBatches
-from grainpack.pipeline.elements import ExpandedBatches
+from grainpack.pipeline.elements import ExpandedBatches, group_rows
 
 
 def test_plan_bytes_round_trip_keeps_dtypes_shapes_and_values():
@@ -68,15 +68,24 @@ def test_expanded_batches_equal_single_batches_and_share_no_memory(tmp_path):
     steps = batches.steps_per_element
     plans = iter([batches.packed_steps(0, 0, steps=steps), batches.packed_steps(steps, 0, steps=3)])
     expanded = ExpandedBatches(plans, batches)
-    assert expanded.group == 32 * 4  # rows of 32 batches: int32 arrays of 128 KiB
+    assert expanded.group == 16 * 4  # rows of 16 batches: int32 arrays of 64 KiB
     got = [next(expanded) for _ in range(steps + 3)]
-    for step in (0, 1, 31, 32, steps - 1, steps, steps + 2):
+    for step in (0, 1, 15, 16, steps - 1, steps, steps + 2):
         want = batches.batch(step, 0)
         for key in want:
             np.testing.assert_array_equal(got[step][key], want[key])
     assert not np.shares_memory(got[0]["inputs"], got[1]["inputs"])
     got[0]["inputs"][:] = -1  # a batch is the caller's to change
     assert (got[1]["inputs"] != -1).all()
+
+
+def test_batches_of_64_kib_arrays_are_expanded_one_per_next(tmp_path):
+    gp.write_corpus(tmp_path / "c", [np.arange(1, 3000)] * 4)
+    for block, batch, group in ((2048, 8, 8), (1024, 16, 16), (1024, 8, 16), (256, 4, 64)):
+        cfg = gp.PipelineConfig(
+            sources={"c": str(tmp_path / "c")}, block=block, global_batch_size=batch
+        )
+        assert group_rows(PipelineBatches(cfg, process_count=1)) == group
 
 
 def test_a_workers_segment_is_unlinked_on_arrival_and_stays_readable():

@@ -661,7 +661,7 @@ path = pathlib.Path(sys.argv[1])
 rng = np.random.default_rng(0)
 docs = [rng.integers(1, 1000, size=rng.integers(20, 60)) for _ in range(200)]
 gp.write_corpus(path, docs, shard_tokens=500)
-# 64 rows of 65 tokens per step: a group read covers 8 steps, a Grain element 512
+# 64 rows of 65 tokens per step: a group read covers 4 steps, a Grain element 512
 config = gp.PipelineConfig(sources={"a": str(path)}, block=64, global_batch_size=64, seed=1)
 per_group = group_rows(PipelineBatches(config)) // 64
 reference = iter(gp.make_dataset(config, process_index=0, process_count=1))

@@ -23,7 +23,10 @@ from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.expand import compact_rows, describe_rows, expand_rows
 from grainpack.pipeline.gather import RowReader
 
-EXPAND_BYTES = 1 << 17  # size of one int32 output array when batches are expanded together
+# Batches whose int32 arrays are smaller than this are read and expanded in groups of about
+# this size (numpy's per-call cost would dominate); larger ones one per next(), so that every
+# next() costs the same (a group makes one next() in the group pay for all of it).
+EXPAND_BYTES = 1 << 16
 
 # A worker sends each plan as one byte buffer (PackedRows.to_element), which Grain moves
 # through one shared-memory segment whatever its size.
@@ -31,9 +34,9 @@ WORKER_OPTIONS = grain.experimental.DatasetOptions(min_shm_size=1)
 
 
 def group_rows(batches: PipelineBatches) -> int:
-    """Rows read and expanded at once: whole batches, int32 arrays of about ``EXPAND_BYTES``
-    (amortises numpy's per-call cost while the rows are in cache; larger arrays cost page
-    faults in malloc)."""
+    """Rows read and expanded at once: one batch, or whole batches with int32 arrays of
+    about ``EXPAND_BYTES`` when a batch is smaller (amortises numpy's per-call cost while the
+    rows are in cache)."""
     rows = batches.rows_per_batch
     return rows * max(1, EXPAND_BYTES // (rows * batches.config.block * 4))
 
