@@ -354,11 +354,11 @@ def _read_table(
     grid = begin + np.repeat(base[[*sorted(shard_starts), -1]], [*map(len, begins), 1])
     here = base[source]
     first = np.searchsorted(grid, lo + here, side="right") - 1
-    last = np.searchsorted(grid, np.maximum(hi - 1, lo) + here, side="right") - 1
-    np.minimum(last, top[source], out=last)
-    np.minimum(first, last, out=first)  # empty pieces at the very end of a stream
-    cuts = last - first + 1  # shards each piece touches (1 unless it crosses a shard end)
-    if (cuts > 1).any():
+    if (hi > end[first]).any():  # rare: pieces that cross a shard end are cut there
+        last = np.searchsorted(grid, np.maximum(hi - 1, lo) + here, side="right") - 1
+        np.minimum(last, top[source], out=last)
+        np.minimum(first, last, out=first)  # empty pieces at the very end of a stream
+        cuts = last - first + 1  # shards each piece touches
         piece = np.repeat(np.arange(len(lo)), cuts)
         first = first[piece] + np.arange(len(piece)) - np.repeat(np.cumsum(cuts) - cuts, cuts)
         source, lo, hi = source[piece], lo[piece], hi[piece]

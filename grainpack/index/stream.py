@@ -50,13 +50,6 @@ class StreamPlan:
         """Rows of ``block + 1`` tokens needed for the stream (the last one padded)."""
         return -(-self.total // (block + 1))
 
-    def lengths_at(self, k: np.ndarray) -> np.ndarray:
-        """Tokens of the documents at stream positions ``k`` (their boundary excluded)."""
-        lengths = self.bounds[k + 1] - self.bounds[k]
-        if self.boundary:
-            lengths -= k < len(self.bounds) - 2
-        return lengths
-
 
 def stream_plan(lengths: np.ndarray, order: np.ndarray | None, *, boundary: bool) -> StreamPlan:
     """Plans the stream of ``lengths[order]`` with a boundary token between documents.
@@ -120,14 +113,18 @@ def row_spans(plan: StreamPlan, rows: np.ndarray, *, block: int) -> Spans:
     counts = np.searchsorted(plan.bounds, b - 1, side="right") - first
     span_row = np.repeat(np.arange(len(rows)), counts)
     i = np.arange(len(span_row)) + np.repeat(first - np.cumsum(counts) + counts, counts)
-    starts, a_row, b_row = plan.bounds[i], a[span_row], b[span_row]
+    starts, ends, a_row = plan.bounds[i], plan.bounds[i + 1], a[span_row]
     lo = np.maximum(starts, a_row)
-    hi = np.minimum(plan.bounds[i + 1], b_row)
+    hi = np.minimum(ends, b[span_row])
     keep = hi > lo  # drops empty documents (no tokens, no boundary)
     if not keep.all():
-        span_row, i, starts, a_row, lo, hi = (x[keep] for x in (span_row, i, starts, a_row, lo, hi))
+        span_row, i, starts, ends, a_row, lo, hi = (
+            x[keep] for x in (span_row, i, starts, ends, a_row, lo, hi)
+        )
     local_lo, local_hi = lo - starts, hi - starts
-    lengths = plan.lengths_at(i)
+    lengths = ends - starts  # the documents' tokens, without the boundary that follows
+    if plan.boundary:
+        lengths -= i < len(plan.bounds) - 2
     return Spans(
         row=span_row,
         offset=lo - a_row,
