@@ -425,7 +425,7 @@ class PipelineBatches:
         reader = RowReader(
             packed, self.sources, block=cfg.block, pad_id=cfg.pad_id, boundary_id=cfg.boundary_id
         )
-        return CheckedReader(reader, packed, self.sources)
+        return CheckedReader(reader, self.sources)
 
 
 class CheckedReader:
@@ -437,15 +437,8 @@ class CheckedReader:
     instead of ``SIGBUS``, unless the truncation lands between a check and the copy.
     """
 
-    def __init__(
-        self, reader: RowReader, packed: PackedRows, sources: list[TokenShardSource]
-    ) -> None:
+    def __init__(self, reader: RowReader, sources: list[TokenShardSource]) -> None:
         self.reader, self.sources = reader, sources
-        source, shard = packed.read_source, packed.read_shard
-        self.files = [  # (source, its shards read by the element), without sorting pieces
-            (j, np.flatnonzero(np.bincount(shard[source == j])).tolist())
-            for j in np.flatnonzero(np.bincount(source[source >= 0])).tolist()
-        ]
         self.checked = time.monotonic()
 
     def __getattr__(self, name: str) -> object:  # only for names this class lacks
@@ -455,7 +448,7 @@ class CheckedReader:
         """:meth:`RowReader.read`, after the check."""
         now = time.monotonic()
         if now - self.checked > CHECK_SECONDS:
-            for j, shards in self.files:
+            for j, shards in self.reader.shards.items():
                 self.sources[j].check_files(shards)
             self.checked = now
         return self.reader.read(first, stop)

@@ -95,8 +95,10 @@ class RowReader:
         base = np.cumsum([0, *(len(r.shard_starts) - 1 for r in readers)])
         index = base[source] + shard
         buffers: list[Any] = [None] * (int(base[-1]) + 1)
+        self.shards: dict[int, list[int]] = {}  # source -> the shards read, in order
         for g in np.flatnonzero(np.bincount(index[source >= 0], minlength=len(buffers))).tolist():
             j = int(np.searchsorted(base, g, side="right")) - 1
+            self.shards.setdefault(j, []).append(g - int(base[j]))
             view = readers[j].shard_view(g - int(base[j]))
             stored = np.dtype(view.format)  # little-endian file bytes, whatever the host
             # mixed token dtypes (or a big-endian host): convert piece by piece
@@ -109,11 +111,11 @@ class RowReader:
         # cyclic GC traverse them, which stalled next() for tens of milliseconds.
         self.buffers = buffers
         self.table = np.stack([index, start, stop])  # one slice and tolist per read
-        rows = np.arange(packed.num_rows + 1) * self.width
-        ends = np.cumsum(stop - start)  # token position after each piece
-        self.row_pieces = np.searchsorted(ends, rows, side="right")
+        lengths = stop - start
+        at = np.cumsum(lengths) - lengths  # token position of each piece (pieces tile rows)
+        self.row_pieces = _row_firsts(at, packed.num_rows, self.width)
         self.marks, self.boundary_id = packed.read_marks, boundary_id
-        self.row_marks = np.searchsorted(self.marks, rows)
+        self.row_marks = _row_firsts(self.marks, packed.num_rows, self.width)
 
     def read(self, first: int, stop: int) -> np.ndarray:
         """The tokens ``(stop - first, block + 1)`` of rows ``[first, stop)`` (a new array)."""
@@ -131,6 +133,14 @@ class RowReader:
         if m1 > m0:
             tokens[self.marks[m0:m1] - first * self.width] = self.boundary_id
         return tokens.reshape(stop - first, self.width)
+
+
+def _row_firsts(positions: np.ndarray, num_rows: int, width: int) -> np.ndarray:
+    """For sorted token ``positions``, the index of the first one in each row of ``width``
+    tokens, then their number (a count per row: cheaper than a search per row)."""
+    firsts = np.zeros(num_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(positions // width, minlength=num_rows)[:num_rows], out=firsts[1:])
+    return firsts
 
 
 @dataclasses.dataclass(frozen=True)
