@@ -79,7 +79,7 @@ def test_expanded_batches_equal_single_batches_and_share_no_memory(tmp_path):
     assert (got[1]["inputs"] != -1).all()
 
 
-def test_batches_of_64_kib_arrays_are_expanded_one_per_next(tmp_path):
+def test_batches_of_64_kib_arrays_are_expanded_one_per_next_smaller_ones_in_groups(tmp_path):
     gp.write_corpus(tmp_path / "c", [np.arange(1, 3000)] * 4)
     for block, batch, group in ((2048, 8, 8), (1024, 16, 16), (1024, 8, 16), (256, 4, 64)):
         cfg = gp.PipelineConfig(

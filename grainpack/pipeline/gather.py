@@ -98,8 +98,9 @@ class RowReader:
         self.shards: dict[int, list[int]] = {}  # source -> the shards read, in order
         for g in np.flatnonzero(np.bincount(index[source >= 0], minlength=len(buffers))).tolist():
             j = int(np.searchsorted(base, g, side="right")) - 1
-            self.shards.setdefault(j, []).append(g - int(base[j]))
-            view = readers[j].shard_view(g - int(base[j]))
+            k = g - int(base[j])
+            self.shards.setdefault(j, []).append(k)
+            view = readers[j].shard_view(k)
             stored = np.dtype(view.format)  # little-endian file bytes, whatever the host
             # mixed token dtypes (or a big-endian host): convert piece by piece
             buffers[g] = view if stored == self.dtype else _Converted(view, stored, self.dtype)
