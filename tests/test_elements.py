@@ -27,8 +27,9 @@ def test_plan_bytes_round_trip_keeps_dtypes_shapes_and_values():
     provenance = Provenance(
         source=np.array([0, -1], dtype=np.int32),
         epoch=np.array([4, -1], dtype=np.int64),
-        segment_document=np.arange(6, dtype=np.int64).reshape(2, 3),
-        segment_offset=np.full((2, 3), -1, dtype=np.int64),
+        segment_slot=np.array([0, 1, 3], dtype=np.int64),
+        segment_document=np.array([7, 8, 9], dtype=np.int64),
+        segment_offset=np.array([5, 0, 2], dtype=np.int64),
     )
     compact = {**arrays, **dict.fromkeys(("start", "count", "segment", "row_piece", "padded"))}
     compact["segment_starts"] = np.array([[128, 0], [160, 1]], dtype=np.uint8)
@@ -51,7 +52,7 @@ def test_plan_bytes_round_trip_keeps_dtypes_shapes_and_values():
         if plan.provenance is not None:
             pairs += [
                 (getattr(back.provenance, k), getattr(provenance, k))
-                for k in ("source", "epoch", "segment_document", "segment_offset")
+                for k in ("source", "epoch", "segment_slot", "segment_document", "segment_offset")
             ]
         for got, want in pairs:
             assert got.dtype == want.dtype and got.shape == want.shape

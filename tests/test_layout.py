@@ -8,6 +8,7 @@ import pytest
 import grainpack as gp
 from grainpack.index.layout import Part, pack_rows, segment_bits
 from grainpack.index.stream import row_spans, stream_plan
+from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.expand import expand_rows
 from grainpack.pipeline.gather import RowReader
 
@@ -193,3 +194,24 @@ def test_segment_bits_equal_packbits_of_the_dense_starts_even_when_bytes_are_sha
     # golden: starts at 0, 1 and 7 share byte 0; 8 is byte 1's first bit
     got = segment_bits(np.zeros(4, int), np.array([7, 0, 8, 1]), num_rows=1, block=9)
     assert got.tolist() == [[0b11000001, 0b10000000]]
+
+
+def test_a_provenance_plan_holds_its_segments_not_block_wide_tables(tmp_path):
+    rng = np.random.default_rng(3)
+    gp.write_corpus(
+        tmp_path / "c", [rng.integers(1, 900, size=rng.integers(20, 300)) for _ in range(400)]
+    )
+    cfg = gp.PipelineConfig(
+        sources={"c": str(tmp_path / "c")}, block=1024, global_batch_size=4, provenance=True
+    )
+    plan = PipelineBatches(cfg).packed_steps(0, 0, steps=16)
+    provenance = plan.provenance
+    segments = len(provenance.segment_slot)
+    assert segments < plan.num_rows * 10  # a few per row: ~160 tokens a document
+    held = sum(a.nbytes for a in vars(provenance).values())
+    assert held == 24 * segments + 12 * plan.num_rows  # not 16 * 1025 bytes a row
+    rows = provenance.rows(8, 12, width=1025)  # a batch's tables, laid out on demand
+    assert rows["segment_document"].shape == (4, 1025)
+    slot = provenance.segment_slot
+    want = slot[(slot >= 8 * 1025) & (slot < 12 * 1025)] - 8 * 1025
+    assert np.flatnonzero(rows["segment_document"].reshape(-1) >= 0).tolist() == want.tolist()

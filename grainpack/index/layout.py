@@ -63,23 +63,41 @@ CONSTANT = -1  # read_source of padding runs and loose boundary tokens (constant
 class Provenance:
     """Where every row and segment of a :class:`PackedRows` comes from.
 
-    Per row: ``source`` (int32) and ``epoch`` (int64), -1 for padding rows. Per segment
-    ``k`` of the row's ``block + 1`` tokens (segment id ``k + 1``): ``segment_document`` and
-    ``segment_offset`` (int64, the document id and the offset of the segment's first token
-    in it; -1 past the row's last segment). A segment made of the row's last token only (a
-    target, after a boundary token) has an entry but no position in the inputs' segment ids.
-    The segment tables are ``block + 1`` wide (the most segments a row can hold), so every
-    batch has the same shapes.
+    Per row: ``source`` (int32) and ``epoch`` (int64), -1 for padding rows. Per segment, in
+    token order: ``segment_slot`` (int64, ``row * (block + 1) + k`` for the row's segment
+    ``k``, segment id ``k + 1``), ``segment_document`` and ``segment_offset`` (int64, the
+    document id and the offset of the segment's first token in it). A segment made of the
+    row's last token only (a target, after a boundary token) has an entry but no position
+    in the inputs' segment ids. Kept per segment (a few per row), :meth:`rows` lays a
+    batch's segments out in tables ``block + 1`` wide.
     """
 
     source: np.ndarray
     epoch: np.ndarray
+    segment_slot: np.ndarray
     segment_document: np.ndarray
     segment_offset: np.ndarray
 
-    def rows(self, first: int, stop: int) -> dict[str, np.ndarray]:
-        """Copies of rows ``[first, stop)`` by key: a batch holds no plan memory."""
-        return {f.name: getattr(self, f.name)[first:stop].copy() for f in _fields(Provenance)}
+    def rows(self, first: int, stop: int, *, width: int) -> dict[str, np.ndarray]:
+        """Rows ``[first, stop)`` by key, new arrays: ``source`` and ``epoch`` per row, and
+        ``segment_document`` and ``segment_offset`` ``(stop - first, width)`` with the row's
+        segment ``k`` in column ``k`` and -1 past its last segment (``width = block + 1``
+        columns, the most segments a row can hold, so every batch has the same shapes).
+
+        Example:
+          >>> p = Provenance(np.array([0, 1], np.int32), np.array([3, 0]), np.array([0, 1, 3]),
+          ...                np.array([7, 8, 9]), np.array([5, 0, 2]))
+          >>> p.rows(0, 2, width=3)["segment_document"].tolist()
+          [[7, 8, -1], [9, -1, -1]]
+        """
+        lo, hi = np.searchsorted(self.segment_slot, (first * width, stop * width))
+        slot = self.segment_slot[lo:hi] - first * width
+        out = {"source": self.source[first:stop].copy(), "epoch": self.epoch[first:stop].copy()}
+        for key in ("segment_document", "segment_offset"):
+            table = np.full((stop - first, width), -1, dtype=np.int64)
+            table.flat[slot] = getattr(self, key)[lo:hi]
+            out[key] = table
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,13 +394,15 @@ def _provenance(
     ``k + 1`` in ``ranks``."""
     source = np.full(num_rows, -1, dtype=np.int32)
     epoch = np.full(num_rows, -1, dtype=np.int64)
-    document = np.full((num_rows, width), -1, dtype=np.int64)
-    offset = np.full((num_rows, width), -1, dtype=np.int64)
+    slot, document, offset = [], [], []
     for part, rank in zip(parts, ranks):
         source[part.destination] = part.source_index
         epoch[part.destination] = part.epoch
         spans = part.spans
-        rows = part.destination[spans.row]
-        document[rows, rank - 1] = spans.document
-        offset[rows, rank - 1] = spans.start
-    return Provenance(source, epoch, document, offset)
+        slot.append(part.destination[spans.row] * width + rank - 1)
+        document.append(spans.document.astype(np.int64, copy=False))
+        offset.append(spans.start.astype(np.int64, copy=False))
+    empty = np.zeros(0, dtype=np.int64)
+    slot, document, offset = (np.concatenate([*x, empty]) for x in (slot, document, offset))
+    order = np.argsort(slot, kind="stable")
+    return Provenance(source, epoch, slot[order], document[order], offset[order])

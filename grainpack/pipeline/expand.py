@@ -81,7 +81,7 @@ def expand_rows(packed: PackedRows, tokens: np.ndarray, *, first: int = 0) -> di
         "loss_mask": loss_mask,
     }
     if packed.provenance is not None:
-        batch.update(packed.provenance.rows(first, first + n))
+        batch.update(packed.provenance.rows(first, first + n, width=tokens.shape[1]))
     return batch
 
 
@@ -137,7 +137,7 @@ def compact_rows(
     for key, value in rows.items():
         batch[key] = value[first : first + n]
     if packed.provenance is not None:
-        batch.update(packed.provenance.rows(first, first + n))
+        batch.update(packed.provenance.rows(first, first + n, width=tokens.shape[1]))
     return batch
 
 
