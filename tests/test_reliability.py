@@ -734,6 +734,29 @@ def test_files_changed_under_a_live_iterator_raise_a_python_error(tmp_path):
         assert str(tmp_path / change / "tokens-0000") in line  # the file is named
 
 
+def test_a_shard_truncated_right_after_a_read_raises_at_the_next_read_of_it(tmp_path):
+    """No wait for the periodic check: every read first compares the size of each mapped
+    file it touches with the tokens it maps (SIGBUS before, for a truncation in place)."""
+    code = (
+        CHILD_PRELUDE
+        + """
+os.truncate(shard, 0)
+for step in range(3, len(want)):
+    try:
+        got = next(it)
+    except gp.CorpusError as err:
+        print("ERROR", err)
+        break
+    assert all(np.array_equal(got[k], want[step][k]) for k in got), f"mixed batch {step}"
+"""
+    )
+    result = run_child(code, str(tmp_path / "c"))
+    assert result.returncode == 0, result.stderr[-3000:]  # no SIGBUS (exit 135)
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
+    assert f"{tmp_path / 'c' / 'tokens-00003.bin'}: changed since the corpus" in line
+    assert re.search(r"\(size \d+ -> 0 bytes\)", line), line
+
+
 def test_truncated_shard_read_through_the_source_raises_not_sigbus(tmp_path):
     code = (
         CHILD_PRELUDE

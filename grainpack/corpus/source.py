@@ -44,6 +44,7 @@ from grainpack.corpus.shards import (
 
 _TRANSIENT = (
     "_maps",
+    "_mmaps",
     "_mapped",
     "_buffers",
     "_offsets",
@@ -124,6 +125,7 @@ class TokenShardSource:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._maps: list[np.ndarray | None] = [None] * len(self._shards)
+        self._mmaps: list[mmap.mmap | None] = [None] * len(self._shards)
         # identity of each mapped file: recorded at open, else taken when it is first mapped
         self._mapped: list[FileIdentity | None] = [s.identity for s in self._shards]
         self._buffers: list[memoryview | None] = [None] * len(self._shards)
@@ -454,6 +456,7 @@ class TokenShardSource:
             mapped, self._file_dtype, record.num_tokens, record.byte_offset - start
         )
         self._mapped[k] = identity or FileIdentity.of(stat)
+        self._mmaps[k] = mapped
         self._maps[k] = tokens  # a racing thread maps the same bytes: harmless
         return tokens
 
@@ -501,6 +504,35 @@ class TokenShardSource:
             identity = self._mapped[k]
             if identity is not None:
                 identity.check(self._shards[k].tokens_path)
+
+    def check_mapped(self, shard: int) -> None:
+        """Raises :class:`CorpusError` if shard ``shard``'s mapped file is now shorter than
+        its tokens: touching them would raise ``SIGBUS``. One ``fstat`` of the mapping, cheap
+        enough for every read of :meth:`shard_view` buffers (:meth:`check_files` also sees
+        replaced and rewritten files).
+
+        Example:
+            >>> import tempfile
+            >>> from grainpack.corpus.writer import write_corpus
+            >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2, 3], [4, 5]])
+            >>> view = src.shard_view(0)
+            >>> _ = open(src.shards[0].tokens_path, "r+b").truncate(2)
+            >>> src.check_mapped(0)  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            grainpack.corpus.errors.CorpusError: ...tokens-00000.bin: changed since ... (size 10 -> 2 bytes)...
+        """  # noqa: E501
+        mapped, record = self._mmaps[shard], self._shards[shard]
+        if mapped is None:
+            return
+        size = mapped.size()
+        end = record.byte_offset + record.num_tokens * self._file_dtype.itemsize
+        if size < end:
+            self._mapped[shard].check(record.tokens_path)  # type: ignore[union-attr]
+            raise CorpusError(  # the path names another file now, shorter than the mapped one
+                f"{record.tokens_path}: the mapped file was truncated to {size} bytes (the "
+                f"corpus needs {end}) while being read; reopen the corpus"
+            )
 
     def shard_view(self, shard: int) -> memoryview:
         """Shard ``shard``'s tokens as a zero-copy buffer of the mapped file (cached).

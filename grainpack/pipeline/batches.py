@@ -433,8 +433,9 @@ class CheckedReader:
     files of its element did not change (:meth:`TokenShardSource.check_files`), when more than
     ``CHECK_SECONDS`` passed since the last check; the reader's constructor checked them.
 
-    A file truncated while an element is consumed then raises a ``CorpusError`` naming it
-    instead of ``SIGBUS``, unless the truncation lands between a check and the copy.
+    A file replaced or rewritten in place while an element is consumed then raises a
+    ``CorpusError`` naming it; a truncated one already raises at the next read of it (the
+    reader compares the mapped files' sizes before every read).
     """
 
     def __init__(self, reader: RowReader, sources: list[TokenShardSource]) -> None:

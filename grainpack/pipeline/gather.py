@@ -9,6 +9,7 @@ when :func:`~grainpack.pipeline.expand.expand_rows` converts them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import operator
 from collections.abc import Sequence
@@ -37,6 +38,8 @@ class TokenStream(Protocol):
     def dtype(self) -> np.dtype: ...
 
     def shard_view(self, shard: int) -> memoryview: ...
+
+    # Optional: ``check_mapped(shard)`` raises unless reading the view is safe (SIGBUS).
 
 
 def token_dtype(readers: Sequence[TokenStream], ids: Sequence[int]) -> np.dtype:
@@ -95,12 +98,15 @@ class RowReader:
         base = np.cumsum([0, *(len(r.shard_starts) - 1 for r in readers)])
         index = base[source] + shard
         buffers: list[Any] = [None] * (int(base[-1]) + 1)
+        checks: list[Any] = [None] * len(buffers)  # run before every read of the buffer
         self.shards: dict[int, list[int]] = {}  # source -> the shards read, in order
         for g in np.flatnonzero(np.bincount(index[source >= 0], minlength=len(buffers))).tolist():
             j = int(np.searchsorted(base, g, side="right")) - 1
             k = g - int(base[j])
             self.shards.setdefault(j, []).append(k)
             view = readers[j].shard_view(k)
+            if hasattr(readers[j], "check_mapped"):
+                checks[g] = functools.partial(readers[j].check_mapped, k)
             stored = np.dtype(view.format)  # little-endian file bytes, whatever the host
             # mixed token dtypes (or a big-endian host): convert piece by piece
             buffers[g] = view if stored == self.dtype else _Converted(view, stored, self.dtype)
@@ -110,7 +116,7 @@ class RowReader:
         # Tables stay numpy arrays, and views and slices are made per read (a few dozen):
         # Python objects per piece (millions with short documents) make every run of the
         # cyclic GC traverse them, which stalled next() for tens of milliseconds.
-        self.buffers = buffers
+        self.buffers, self.checks = buffers, checks
         self.table = np.stack([index, start, stop])  # one slice and tolist per read
         lengths = stop - start
         at = np.cumsum(lengths) - lengths  # token position of each piece (pieces tile rows)
@@ -122,6 +128,9 @@ class RowReader:
         """The tokens ``(stop - first, block + 1)`` of rows ``[first, stop)`` (a new array)."""
         p0, p1 = self.row_pieces.item(first), self.row_pieces.item(stop)
         shards, lo, hi = self.table[:, p0:p1].tolist()
+        for g in set(shards):  # a shard truncated since: a CorpusError, not SIGBUS
+            if (check := self.checks[g]) is not None:
+                check()
         views = map(operator.getitem, map(self.buffers.__getitem__, shards), map(slice, lo, hi))
         if p1 - p0 <= JOIN_PIECES:
             data = bytearray().join(views)
