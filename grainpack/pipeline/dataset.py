@@ -303,6 +303,10 @@ class PipelineIterator(grain.DatasetIterator):
         raise _verification_failed(step, None)
 
 
+# Parts of the fingerprint that a user sets under another name
+_FIELD_NAMES = {"probabilities": "weights", "schedule": "weights (a schedule)"}
+
+
 def describe_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
     """What differs between two :meth:`PipelineIterator.describe` outputs, in words.
 
@@ -330,7 +334,7 @@ def describe_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> st
                 "seeded seed + j and takes slots by the cumulative weights)"
             )
         elif key != "sources":
-            words.append(f"{key}: {old} -> {new}")
+            words.append(f"{_FIELD_NAMES.get(key, key)}: {old} -> {new}")
     return "; ".join(words) or "nothing that is described"
 
 
