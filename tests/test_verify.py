@@ -39,7 +39,7 @@ def test_verify_corpus_catches_truncated_shard(tmp_path):
         verify_corpus(tmp_path)
 
 
-@pytest.mark.parametrize("name", ["tokens-00002.bin", "offsets-00000.bin"])
+@pytest.mark.parametrize("name", ["tokens-00002.bin", "offsets-00000.bin", "summary-00001.bin"])
 def test_verify_corpus_catches_flipped_byte(tmp_path, name):
     write_corpus(tmp_path, DOCS, shard_tokens=4)
     data = bytearray((tmp_path / name).read_bytes())

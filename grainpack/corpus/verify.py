@@ -116,6 +116,14 @@ def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> tuple
             raise os_error(err, "verifying") from err
         if hashlib.sha256(raw).hexdigest() != s["offsets_sha256"]:
             raise _mismatch(offsets_file, "sha256")
+        if "summary_file" in s:  # per-block document totals (format version 2)
+            summary_file = path / s["summary_file"]
+            try:
+                summary = summary_file.read_bytes()
+            except OSError as err:
+                raise os_error(err, "verifying") from err
+            if hashlib.sha256(summary).hexdigest() != s["summary_sha256"]:
+                raise _mismatch(summary_file, "sha256")
         local = np.frombuffer(raw, "<i8")
         check_offsets(local, s["num_tokens"], str(offsets_file))
         offsets_hash.update((local[1:] + position).astype("<i8").tobytes())
