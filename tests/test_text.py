@@ -41,6 +41,15 @@ def test_jsonl_documents_in_order(tmp_path, name):
     assert documents(files) == DOCS
 
 
+def test_zst_files_of_several_frames_are_read_whole(tmp_path):
+    compress = zstandard.ZstdCompressor().compress
+    data = [json.dumps({"text": d}).encode() + b"\n" for d in DOCS]
+    (tmp_path / "a.jsonl.zst").write_bytes(b"".join(compress(line) for line in data))
+    (tmp_path / "b.txt.zst").write_bytes(compress(b"one ") + compress(b"") + compress(b"two"))
+    assert documents(find_inputs(tmp_path / "a.jsonl.zst")) == DOCS
+    assert documents(find_inputs(tmp_path / "b.txt.zst")) == ["one two"]
+
+
 @pytest.mark.parametrize("part_bytes", [1, 7, 40, 64, 100, 10**6])
 def test_byte_ranges_cover_every_line_once(tmp_path, part_bytes):
     path = write_jsonl(tmp_path / "a.jsonl", DOCS * 5)
@@ -146,9 +155,14 @@ def test_corrupt_and_non_utf8_files(tmp_path):
     (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(b'{"text": "a"}\n')[:-6])
     (tmp_path / "b.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd garbage")
     (tmp_path / "c.txt").write_bytes(b"caf\xe9")
+    text = "".join(f"line {i}\n" for i in range(50_000)).encode()
+    (tmp_path / "d.txt.zst").write_bytes(zstandard.ZstdCompressor().compress(text)[:-100])
+    (tmp_path / "e.jsonl.zst").write_bytes(write_jsonl(tmp_path / "e.zst", DOCS).read_bytes()[:-9])
     for name, message in [
         ("a.jsonl.gz", "a.jsonl.gz: corrupt or truncated file"),
         ("b.jsonl.zst", "b.jsonl.zst: corrupt or unreadable file"),
+        ("d.txt.zst", "d.txt.zst: corrupt or truncated file .the file ends inside a zstd frame"),
+        ("e.jsonl.zst", "e.jsonl.zst: corrupt or truncated file"),
         ("c.txt", r"c.txt: not UTF-8 text at byte 3"),
     ]:
         (file,) = find_inputs(tmp_path / name)

@@ -244,9 +244,47 @@ def _open(file: InputFile) -> IO[bytes]:
             raise ImportError(
                 f"{file.path}: reading .zst needs zstandard; pip install 'grainpack[text]'"
             ) from err
-        stream = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
-        return io.BufferedReader(stream, _READ_BYTES)  # type: ignore[arg-type]
+        return io.BufferedReader(_ZstdFrames(raw, zstandard.ZstdDecompressor()), _READ_BYTES)
     return raw
+
+
+class _ZstdFrames(io.RawIOBase):
+    """The frames of a ``.zst`` file, decompressed one after the other; a file that ends
+    inside a frame raises ``EOFError`` (zstandard's stream reader returns what it decoded,
+    so a truncated file would lose its tail silently)."""
+
+    def __init__(self, raw: IO[bytes], decompressor: Any) -> None:
+        self.raw, self.decompressor = raw, decompressor
+        self.frame = decompressor.decompressobj()
+        self.in_frame = False  # the current frame has input but has not ended
+        self.pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self.pending:
+            data = self.raw.read(_READ_BYTES)
+            if not data:
+                if self.in_frame:
+                    raise EOFError("the file ends inside a zstd frame")
+                return 0
+            out = []
+            while data:
+                if self.frame.eof:  # the next frame starts in the rest of the input
+                    self.frame = self.decompressor.decompressobj()
+                out.append(self.frame.decompress(data))
+                self.in_frame = not self.frame.eof
+                data = self.frame.unused_data if self.frame.eof else b""
+            self.pending = memoryview(b"".join(out))
+        n = min(len(buffer), len(self.pending))
+        buffer[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
 
 
 def _lines(piece: TextSlice) -> Iterator[tuple[int, bytes]]:
