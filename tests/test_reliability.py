@@ -955,6 +955,12 @@ def test_unreadable_and_unwritable_files_are_named_for_a_non_root_user(tmp_path)
         (path / "tokens-00001.bin").chmod(0o000)
         (other / "manifest.json").chmod(0o000)
         (root / "locked").mkdir(mode=0o755)
+        shutil.copytree(path, root / "e")  # offsets unreadable
+        (root / "e" / "offsets-00000.bin").chmod(0o000)
+        for name, mode in [("f", 0o000), ("g", 0o644)]:  # folders closed, or not searchable
+            shutil.copytree(other, root / name)
+            (root / name / "manifest.json").chmod(0o644)
+            (root / name).chmod(mode)
         code = """
 import os, sys
 import grainpack as gp
@@ -967,6 +973,9 @@ for name, call in [
     ("open", lambda: gp.open_corpus(f"{root}/c")[1]),
     ("manifest", lambda: gp.open_corpus(f"{root}/d")),
     ("write", lambda: gp.write_corpus(f"{root}/locked/new", [[1]])),
+    ("offsets", lambda: gp.open_corpus(f"{root}/e")[0]),
+    ("closed", lambda: gp.open_corpus(f"{root}/f")),
+    ("unsearchable", lambda: gp.open_corpus(f"{root}/g")),
 ]:
     try:
         call()
@@ -989,9 +998,14 @@ for name, call in [
         assert f"CorpusError reading {other / 'manifest.json'}: {fix}" in lines["manifest"]
         assert lines["write"].startswith("CorpusError ")
         assert f"{root / 'locked'}" in lines["write"] and fix in lines["write"]
+        offsets = root / "e" / "offsets-00000.bin"
+        assert f"CorpusError mapping {offsets}: {fix}" in lines["offsets"]
+        for name, folder in [("closed", "f"), ("unsearchable", "g")]:  # not "not a corpus"
+            assert f"CorpusError opening {root / folder}: {fix}" in lines[name]
     finally:
-        for p in root.rglob("*"):
-            p.chmod(0o755 if p.is_dir() else 0o644)
+        for p in [root / "f", root / "g", *root.rglob("*")]:  # the closed folders first
+            if p.exists():
+                p.chmod(0o755 if p.is_dir() else 0o644)
         shutil.rmtree(root)
 
 

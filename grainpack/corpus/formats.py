@@ -10,6 +10,7 @@ Megatron-LM indexed dataset (:mod:`grainpack.corpus.megatron`). Each becomes a
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from pathlib import Path
 
@@ -64,6 +65,9 @@ def _open(p: Path, eos_id: int | None) -> TokenShardSource:
     with contextlib.suppress(FileNotFoundError):  # a Megatron PREFIX is no file itself
         os.stat(p)
     if p.is_dir():
+        if not os.access(p, os.R_OK | os.X_OK):  # its files would look absent
+            denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(p))
+            raise os_error(denied, "opening")
         if os.path.lexists(p / MANIFEST_NAME):
             return open_native(p, eos_id)
         if os.path.lexists(p / "index.json"):

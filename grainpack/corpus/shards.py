@@ -129,6 +129,8 @@ class OffsetsFile:
         except (OSError, ValueError) as err:
             if self.identity is not None:  # replaced or deleted since the check: say so
                 self.identity.check(self.path)
+            if isinstance(err, OSError) and err.filename is not None:  # permissions, ...
+                raise os_error(err, "mapping") from err
             raise CorpusError(
                 f"{self.path}: cannot map {self.num_documents + 1} int64 offsets at byte "
                 f"{self.byte_offset}: {err} (file truncated); rebuild the corpus"
