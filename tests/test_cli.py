@@ -297,7 +297,17 @@ def test_first_hour_messages_and_inputs(tmp_path, capsys):
     assert "pass --overwrite to replace it" in err and "overwrite=True" not in err
     args = ["build", str(tmp_path / "s.npy"), "-o", str(tmp_path / "b"), "--vocab-size", "70000"]
     assert main(args) == 1
-    assert capsys.readouterr().err.rstrip().endswith("use --dtype uint32")
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("use --dtype uint32") and "got --vocab-size 70000" in err
+    args = [*args[:3], str(tmp_path / "c"), "--vocab-size", "6", "--eos-id", "9"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "--eos-id must be an int in [0, 6)" in err and "_id" not in err and "_size" not in err
+    for flag, value in [("--shuffle", "-1"), ("--shard-tokens", "0"), ("--vocab-size", "0")]:
+        with pytest.raises(SystemExit) as exited:  # refused before anything is written
+            main(["build", str(tmp_path / "s.npy"), "-o", str(tmp_path / "d"), flag, value])
+        assert exited.value.code == 2 and f"argument {flag}: must be >= " in capsys.readouterr().err
+    assert not list(tmp_path.glob("*d"))
     assert not (tmp_path / "b").exists()  # a failed build leaves nothing behind
     # JSON lines of plain lists are documents; text files point to the way to build.
     (tmp_path / "l.jsonl").write_text("[1, 2, 3]\n[4]\n")

@@ -14,7 +14,7 @@ import math
 import re
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,11 +91,14 @@ def _parser() -> argparse.ArgumentParser:
         help="token dtype (default uint16; for corpora: the input's)",
     )
     p.add_argument(
-        "--vocab-size", type=int, default=None, help="tokenizer vocabulary; ids must be below it"
+        "--vocab-size",
+        type=_positive,
+        default=None,
+        help="tokenizer vocabulary; ids must be below it",
     )
     p.add_argument(
         "--eos-id",
-        type=int,
+        type=_non_negative,
         default=None,
         help="ids only: split 1-D .npy streams and flat-shard shards into documents after "
         "this token; recorded in the manifest",
@@ -106,12 +109,12 @@ def _parser() -> argparse.ArgumentParser:
         help="JSON field / Parquet column: the text (default text) or the ids (input_ids)",
     )
     p.add_argument(
-        "--shard-tokens", type=int, default=1 << 28, help="tokens per shard file at most"
+        "--shard-tokens", type=_positive, default=1 << 28, help="tokens per shard file at most"
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing corpus")
     p.add_argument(
         "--shuffle",
-        type=int,
+        type=_non_negative,
         metavar="SEED",
         help="store documents in the random order of SEED (recorded in the manifest)",
     )
@@ -620,15 +623,23 @@ _FLAGS = (
 )
 
 
-def _in_flags(message: str) -> str:
-    """An error message with the keyword arguments it suggests spelled as flags.
+def _in_flags(message: str, options: Iterable[str] = ()) -> str:
+    """An error message with the keyword arguments it suggests spelled as flags, and the
+    command's ``options`` (argparse dests) that have an underscore named as their flags.
 
     Example:
       >>> _in_flags("corpus/ already holds a corpus; pass overwrite=True to replace it")
       'corpus/ already holds a corpus; pass --overwrite to replace it'
+      >>> _in_flags("got vocab_size=70001; drop vocab_size", ["vocab_size"])
+      'got --vocab-size 70001; drop --vocab-size'
     """
     for pattern, flag in _FLAGS:
         message = pattern.sub(flag, message)
+    for name in options:
+        if "_" in name:  # plain words (seed, field, output) stay words
+            flag = "--" + name.replace("_", "-")
+            message = re.sub(rf"\b{name}=", f"{flag} ", message)
+            message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
     return message
 
 
@@ -689,7 +700,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         COMMANDS[args.command](args)
     except (ValueError, TypeError, IndexError, OSError) as error:
-        print(f"grainpack {args.command}: error: {_in_flags(str(error))}", file=sys.stderr)
+        message = _in_flags(str(error), vars(args))
+        print(f"grainpack {args.command}: error: {message}", file=sys.stderr)
         return 1
     return 0
 
