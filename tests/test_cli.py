@@ -134,6 +134,9 @@ def test_show_step_errors_speak_in_flags(corpus, tmp_path, capsys):
     )
     assert main(["show-step", "0", "--source", f"a={corpus}", "--block", "8"]) == 1
     assert "show-step needs --batch-size" in capsys.readouterr().err
+    args = ["show-step", "0", "--source", f"a={corpus}", "--block", "8", "--batch-size", "2"]
+    assert main([*args, "--processes", "3"]) == 1
+    assert "--batch-size 2 is not divisible by --processes 3" in capsys.readouterr().err
     config = tmp_path / "run.json"
     config.write_text(json.dumps({"sources": {"a": str(corpus)}, "blocks": 8}))
     assert main(["show-step", "0", "--config", str(config)]) == 1

@@ -14,7 +14,7 @@ import math
 import re
 import shutil
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -520,6 +520,12 @@ def _show_step(args: argparse.Namespace) -> None:
     from grainpack.pipeline.batches import PipelineBatches
 
     config = _config(args)
+    if config.global_batch_size % args.processes:
+        raise ValueError(
+            f"--batch-size {config.global_batch_size} is not divisible by --processes "
+            f"{args.processes}: every process holds the same number of rows; choose a batch "
+            "size that is a multiple of the process count"
+        )
     batches = PipelineBatches(config)
     batch = batches.batch(args.step, 0)
     names = list(config.sources)
@@ -623,24 +629,34 @@ _FLAGS = (
 )
 
 
-def _in_flags(message: str, options: Iterable[str] = ()) -> str:
+def _in_flags(message: str, flags: Mapping[str, str] | None = None) -> str:
     """An error message with the keyword arguments it suggests spelled as flags, and the
-    command's ``options`` (argparse dests) that have an underscore named as their flags.
+    names with an underscore among ``flags`` (the command's argparse dest -> flag) spelled
+    as their flags.
 
     Example:
       >>> _in_flags("corpus/ already holds a corpus; pass overwrite=True to replace it")
       'corpus/ already holds a corpus; pass --overwrite to replace it'
-      >>> _in_flags("got vocab_size=70001; drop vocab_size", ["vocab_size"])
+      >>> _in_flags("got vocab_size=70001; drop vocab_size", {"vocab_size": "--vocab-size"})
       'got --vocab-size 70001; drop --vocab-size'
     """
     for pattern, flag in _FLAGS:
         message = pattern.sub(flag, message)
-    for name in options:
+    for name, flag in (flags or {}).items():
         if "_" in name:  # plain words (seed, field, output) stay words
-            flag = "--" + name.replace("_", "-")
             message = re.sub(rf"\b{name}=", f"{flag} ", message)
             message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
     return message
+
+
+def _flags_of(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """The long flag of each option of ``command``, by argparse dest."""
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {
+        a.dest: max(a.option_strings, key=len)
+        for a in sub.choices[command]._actions
+        if a.option_strings
+    }
 
 
 def _number(x: float) -> float | None:
@@ -696,11 +712,12 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``grainpack`` console script; returns the exit code."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     try:
         COMMANDS[args.command](args)
     except (ValueError, TypeError, IndexError, OSError) as error:
-        message = _in_flags(str(error), vars(args))
+        message = _in_flags(str(error), _flags_of(parser, args.command))
         print(f"grainpack {args.command}: error: {message}", file=sys.stderr)
         return 1
     return 0
