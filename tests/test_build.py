@@ -139,8 +139,8 @@ def test_errors_write_nothing(tmp_path):
         ([good, tmp_path / "bad.jsonl.gz"], {}, "bad.jsonl.gz: corrupt or truncated file"),
         ([tmp_path / "empty.jsonl"], {}, r"the input is empty: 1 file\(s\) of 0 bytes"),
         ([tmp_path / "blank.jsonl"], {}, "the input holds no documents"),
-        ([good], {"tokenizer": vocab, "dtype": "uint16"}, r"\(70,000 ids with eos\) does not"),
-        ([good], {"eos": 65_536, "dtype": "uint16"}, "does not fit dtype='uint16'"),
+        ([good], {"tokenizer": vocab, "dtype": "uint16"}, r"\(70,000 ids\) does not"),
+        ([good], {"eos": 65_536, "dtype": "uint16"}, r"\(65,537 ids with eos\) does not"),
         ([good], {"field": 3}, "no text in field=3"),
     ]
     for inputs, options, message in cases:
@@ -149,6 +149,9 @@ def test_errors_write_nothing(tmp_path):
             with pytest.raises(ValueError, match=message):
                 build_corpus(inputs, out, workers=workers, **options)
             assert not out.exists(), (inputs, options)
+            with pytest.raises(ValueError, match=message):  # folders made for OUT go too
+                build_corpus(inputs, tmp_path / "new" / "sub" / "out", workers=workers, **options)
+            assert not (tmp_path / "new").exists(), (inputs, options)
     assert build_corpus(good, out, tokenizer=vocab, workers=1).dtype == np.uint32
 
 

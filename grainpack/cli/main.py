@@ -88,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
         "--dtype",
         choices=["uint16", "uint32"],
         default=None,
-        help="token dtype (default uint16; for corpora: the input's)",
+        help="token dtype (default: uint16, or uint32 when a tokenizer's vocabulary needs "
+        "it; for corpora: the input's)",
     )
     p.add_argument(
         "--vocab-size",

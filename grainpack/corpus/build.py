@@ -116,7 +116,8 @@ def plan_build(
     limit = int(np.iinfo(dtype).max) + 1
     if vocab_size > limit:
         raise ValueError(
-            f"the tokenizer's vocabulary ({vocab_size:,} ids with eos) does not fit "
+            f"the tokenizer's vocabulary ({vocab_size:,} ids"
+            f"{'' if eos_id is None else ' with eos'}) does not fit "
             f"dtype={dtype!r} (at most {limit:,} ids); use dtype='uint32' or leave it unset"
         )
     if not isinstance(shard_tokens, int) or shard_tokens < 1:
@@ -263,6 +264,7 @@ def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list
     plan_file = stage / "plan.json"
     if stage.exists() and _staged_key(plan_file) != plan.key:
         shutil.rmtree(stage)  # parts of another input, tokenizer or options
+    created = [p for p in (stage, *stage.parents) if not p.exists()]  # removed on failure
     stage.mkdir(parents=True, exist_ok=True)
     if not plan_file.exists():
         described = [[describe_slice(s) for s in part] for part in plan.parts]
@@ -276,6 +278,9 @@ def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list
     except BaseException as err:
         if not isinstance(err, KeyboardInterrupt):  # an interrupted build may be resumed
             shutil.rmtree(stage, ignore_errors=True)
+            for folder in created[1:]:  # the folders made for OUT, if still empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
         raise
     shutil.rmtree(stage, ignore_errors=True)
 
