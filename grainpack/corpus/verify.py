@@ -100,6 +100,17 @@ def _mismatch(file: Path, what: str) -> CorpusError:
     )
 
 
+def _checked_bytes(file: Path, sha256: str) -> bytes:
+    """The bytes of ``file``, after checking them against the manifest's ``sha256``."""
+    try:
+        data = file.read_bytes()
+    except OSError as err:
+        raise os_error(err, "verifying") from err
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise _mismatch(file, "sha256")
+    return data
+
+
 def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> tuple[int | None, list]:
     """Checksums, offsets and ids of every shard file, and the manifest's ``content_sha256``
     and ``max_token_id`` when it records them; returns the max token id and the checks."""
@@ -110,20 +121,9 @@ def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> tuple
     stream, offsets_hash = hashlib.sha256(), hashlib.sha256(struct.pack("<q", 0))
     for s in m["shards"]:
         tokens_file, offsets_file = path / s["tokens_file"], path / s["offsets_file"]
-        try:
-            raw = offsets_file.read_bytes()
-        except OSError as err:
-            raise os_error(err, "verifying") from err
-        if hashlib.sha256(raw).hexdigest() != s["offsets_sha256"]:
-            raise _mismatch(offsets_file, "sha256")
+        raw = _checked_bytes(offsets_file, s["offsets_sha256"])
         if "summary_file" in s:  # per-block document totals (format version 2)
-            summary_file = path / s["summary_file"]
-            try:
-                summary = summary_file.read_bytes()
-            except OSError as err:
-                raise os_error(err, "verifying") from err
-            if hashlib.sha256(summary).hexdigest() != s["summary_sha256"]:
-                raise _mismatch(summary_file, "sha256")
+            _checked_bytes(path / s["summary_file"], s["summary_sha256"])
         local = np.frombuffer(raw, "<i8")
         check_offsets(local, s["num_tokens"], str(offsets_file))
         offsets_hash.update((local[1:] + position).astype("<i8").tobytes())
