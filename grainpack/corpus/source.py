@@ -45,6 +45,7 @@ from grainpack.corpus.shards import (
 _TRANSIENT = (
     "_maps",
     "_mmaps",
+    "_ends",
     "_mapped",
     "_buffers",
     "_offsets",
@@ -126,6 +127,9 @@ class TokenShardSource:
         self._lock = threading.Lock()
         self._maps: list[np.ndarray | None] = [None] * len(self._shards)
         self._mmaps: list[mmap.mmap | None] = [None] * len(self._shards)
+        self._ends = [  # the bytes of each token file its tokens need
+            s.byte_offset + s.num_tokens * self._file_dtype.itemsize for s in self._shards
+        ]
         # identity of each mapped file: recorded at open, else taken when it is first mapped
         self._mapped: list[FileIdentity | None] = [s.identity for s in self._shards]
         self._buffers: list[memoryview | None] = [None] * len(self._shards)
@@ -439,7 +443,7 @@ class TokenShardSource:
                 stat = os.fstat(f.fileno())
                 if identity is not None:
                     identity.check(record.tokens_path, stat)
-                end = record.byte_offset + record.num_tokens * self._file_dtype.itemsize
+                end = self._ends[k]
                 if stat.st_size < end:
                     raise CorpusError(
                         f"{record.tokens_path}: has {stat.st_size} bytes, the corpus needs "
@@ -522,17 +526,15 @@ class TokenShardSource:
             ...
             grainpack.corpus.errors.CorpusError: ...tokens-00000.bin: changed since ... (size 10 -> 2 bytes)...
         """  # noqa: E501
-        mapped, record = self._mmaps[shard], self._shards[shard]
-        if mapped is None:
+        mapped = self._mmaps[shard]
+        if mapped is None or mapped.size() >= self._ends[shard]:
             return
-        size = mapped.size()
-        end = record.byte_offset + record.num_tokens * self._file_dtype.itemsize
-        if size < end:
-            self._mapped[shard].check(record.tokens_path)  # type: ignore[union-attr]
-            raise CorpusError(  # the path names another file now, shorter than the mapped one
-                f"{record.tokens_path}: the mapped file was truncated to {size} bytes (the "
-                f"corpus needs {end}) while being read; reopen the corpus"
-            )
+        path = self._shards[shard].tokens_path
+        self._mapped[shard].check(path)  # type: ignore[union-attr]
+        raise CorpusError(  # the path names another file now, shorter than the mapped one
+            f"{path}: the mapped file was truncated to {mapped.size()} bytes (the corpus "
+            f"needs {self._ends[shard]}) while being read; reopen the corpus"
+        )
 
     def shard_view(self, shard: int) -> memoryview:
         """Shard ``shard``'s tokens as a zero-copy buffer of the mapped file (cached).
