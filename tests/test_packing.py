@@ -21,6 +21,7 @@ def test_pack_documents_golden_without_boundary():
     assert packed.rows.dtype == np.int64
     assert (packed.real_tokens, packed.total_tokens) == (10, 12)
     assert packed.packing_efficiency == 10 / 12
+    assert len(packed) == 3
 
 
 def test_pack_documents_golden_with_boundary():

@@ -32,6 +32,10 @@ class PackedCorpus:
     real_tokens: int
     total_tokens: int
 
+    def __len__(self) -> int:
+        """The number of rows."""
+        return len(self.rows)
+
     @property
     def packing_efficiency(self) -> float:
         """``real_tokens / total_tokens``; 0.0 when nothing was packed (no rows).
