@@ -14,6 +14,7 @@ import math
 import os
 import pathlib
 import re
+import resource
 import shutil
 import struct
 import subprocess
@@ -775,6 +776,28 @@ for i in range(len(src)):
     assert result.returncode == 0, result.stderr[-3000:]  # no SIGBUS (exit 135)
     errors = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
     assert errors and all(str(tmp_path / "c" / "tokens-00003.bin") in e for e in errors)
+
+
+def test_a_corpus_of_more_shards_than_the_soft_open_file_limit_is_read(tmp_path):
+    """Every mapped shard keeps two descriptors (Python's mmap dups them): 500 shards under
+    a soft limit of 256 ran out of them before grainpack raised the soft limit."""
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 4096:
+        pytest.skip("the hard open-file limit here is too low to raise the soft one past 1000")
+    code = """
+import resource, sys
+import numpy as np
+import grainpack as gp
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+gp.write_corpus(sys.argv[1], [np.arange(1, 51)] * 2000, shard_tokens=200)  # 500 shards
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+config = gp.PipelineConfig(sources={"c": sys.argv[1]}, block=64, global_batch_size=8)
+with gp.make_dataset(config, process_index=0, process_count=1).__iter__() as it:
+    for _ in range(300):  # 300 * 8 rows of 65 tokens: all 100,000 tokens, every shard
+        next(it)
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(hard, 2**20))
+"""
+    result = run_child(code, str(tmp_path / "c"))
+    assert result.returncode == 0 and result.stdout.split() == ["True"], result.stderr[-3000:]
 
 
 # -- bounded work on any state --------------------------------------------------------------

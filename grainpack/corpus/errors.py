@@ -31,18 +31,23 @@ _FIXES = {
     errno.ENOSPC: "the disk is full: free space or write elsewhere",
     errno.EROFS: "the file system is read-only: write elsewhere",
     errno.ENAMETOOLONG: "the path is too long: choose a shorter one",
+    errno.EMFILE: "too many open files: each mapped shard keeps two open (tokens and offsets); "
+    "raise the hard limit (ulimit -Hn, or the container's nofile limit) or write fewer, "
+    "larger shards",
 }
 
 
-def os_error(err: OSError, doing: str) -> CorpusError:
+def os_error(err: OSError, doing: str, path: str | os.PathLike[str] | None = None) -> CorpusError:
     """A :class:`CorpusError` for an ``OSError`` met while ``doing`` something with a corpus:
-    it names the file and the fix (a missing file gives a :class:`CorpusNotFoundError`).
+    it names the file (the error's, else ``path``) and the fix (a missing file gives a
+    :class:`CorpusNotFoundError`).
 
     Example:
         >>> os_error(PermissionError(13, "Permission denied", "/c/tokens-00000.bin"), "reading")
         CorpusError('reading /c/tokens-00000.bin: Permission denied; make it accessible (chmod/chown) or run as a user who may read and write it')
     """  # noqa: E501
-    where = os.fsdecode(err.filename) if err.filename is not None else "the corpus"
+    name = err.filename if err.filename is not None else path
+    where = "the corpus" if name is None else os.fsdecode(name)
     fix = _FIXES.get(err.errno or 0, "check the path and the file system")
     message = f"{doing} {where}: {err.strerror or err}; {fix}"
     if isinstance(err, FileNotFoundError):

@@ -11,7 +11,10 @@ reads, so a truncated, rewritten or replaced file raises a :class:`CorpusError` 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import logging
 import os
 from collections.abc import Callable
 from typing import Protocol
@@ -19,6 +22,8 @@ from typing import Protocol
 import numpy as np
 
 from grainpack.corpus.errors import CorpusError, os_error
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "DocumentIndex",
@@ -29,6 +34,7 @@ __all__ = [
     "SplitAfter",
     "WholeShard",
     "check_offsets",
+    "raise_open_file_limit",
 ]
 
 # Scans (eos splitting) touch at most this many tokens at once: 16M tokens = 32-64 MB.
@@ -116,6 +122,7 @@ class OffsetsFile:
     def mapped(self) -> np.ndarray:
         """The offsets as a read-only map of the file (values not checked; no copy), after
         checking that the file is the one the corpus was opened with."""
+        raise_open_file_limit()
         try:
             if self.identity is not None:
                 self.identity.check(self.path)
@@ -129,13 +136,32 @@ class OffsetsFile:
         except (OSError, ValueError) as err:
             if self.identity is not None:  # replaced or deleted since the check: say so
                 self.identity.check(self.path)
-            if isinstance(err, OSError) and err.filename is not None:  # permissions, ...
-                raise os_error(err, "mapping") from err
+            if isinstance(err, OSError):  # permissions, too many open files, ...
+                raise os_error(err, "mapping", self.path) from err
             raise CorpusError(
                 f"{self.path}: cannot map {self.num_documents + 1} int64 offsets at byte "
                 f"{self.byte_offset}: {err} (file truncated); rebuild the corpus"
             ) from err
         return np.asarray(mapped)  # a plain ndarray view: cheaper indexing than np.memmap
+
+
+@functools.cache
+def raise_open_file_limit() -> None:
+    """Raises this process's soft limit on open files to its hard limit, once, before the
+    first map: Python's ``mmap`` keeps a descriptor per map, so a process that reads a
+    corpus of thousands of shards holds thousands of them, past the usual soft limit of
+    1024 (what Ray and others do too)."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        # Linux caps descriptors at fs.nr_open (2**20 by default) even with no hard limit
+        target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            logger.info("raised the open-file limit from %d to %d (memory maps)", soft, target)
 
 
 @dataclasses.dataclass(frozen=True)

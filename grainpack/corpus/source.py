@@ -40,6 +40,7 @@ from grainpack.corpus.shards import (
     ShardRecord,
     check_offsets,
     offsets_path_of,
+    raise_open_file_limit,
 )
 
 _TRANSIENT = (
@@ -436,6 +437,7 @@ class TokenShardSource:
             identity.check(record.tokens_path)  # type: ignore[union-attr]
             return tokens
         _faulthandler_on()
+        raise_open_file_limit()
         if identity is not None:
             identity.check(record.tokens_path)  # names a deleted or replaced file as such
         try:
@@ -455,7 +457,7 @@ class TokenShardSource:
         except OSError as err:
             if identity is not None:  # replaced or deleted since the check above: say so
                 identity.check(record.tokens_path)
-            raise os_error(err, "mapping") from err
+            raise os_error(err, "mapping", record.tokens_path) from err
         tokens = np.frombuffer(
             mapped, self._file_dtype, record.num_tokens, record.byte_offset - start
         )
