@@ -267,6 +267,12 @@ class DevicePrefetch(grain.DatasetIterator):
         if hasattr(self._iterator, "close"):
             self._iterator.close()
 
+    def __enter__(self) -> DevicePrefetch:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def _shutdown(self, *, rewind: bool = True) -> None:
         """Stops the thread, drops the batches in flight and (``rewind``) sets the wrapped
         iterator back to the step the consumer is at, where a restart continues."""

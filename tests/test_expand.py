@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -130,6 +131,35 @@ def test_compact_batches_expand_to_the_full_batches(tmp_path, name, process_coun
             for key, value in expected.items():
                 np.testing.assert_array_equal(out[key], value, err_msg=f"{key} step {step}")
         assert got.get_state() == want.get_state()  # the digest is the full layout's
+
+
+@pytest.mark.parametrize(
+    ("dtypes", "ids", "want"),
+    [
+        (("uint16", "uint16"), {}, np.uint16),
+        (("uint32", "uint32"), {}, np.uint32),
+        (("uint16", "uint32"), {}, np.uint32),  # one dtype for every batch, whatever it mixes
+        (("uint16", "uint16"), {"boundary_id": 70_000}, np.uint32),  # the boundary must fit
+    ],
+)
+def test_compact_tokens_keep_the_corpus_dtype_widened_only_to_uint32(tmp_path, dtypes, ids, want):
+    rng = np.random.default_rng(4)
+    sources = {}
+    for name, dtype in zip("ab", dtypes):
+        docs = [rng.integers(1, 1000, size=rng.integers(1, 30)) for _ in range(40)]
+        vocab = 70_001 if dtype == "uint32" else None  # a boundary past uint16 needs none
+        gp.write_corpus(tmp_path / name, docs, dtype=dtype, vocab_size=vocab)
+        sources[name] = str(tmp_path / name)
+    weights = {"a": 0.9, "b": 0.1}  # some batches read only one of the sources
+    kwargs = dict(sources=sources, block=16, global_batch_size=2, weights=weights, **ids)
+    full = gp.PipelineConfig(**kwargs)
+    compact = dataclasses.replace(full, layout="compact")
+    want_batches = iter(gp.make_dataset(full, process_index=0, process_count=1))
+    for batch in itertools.islice(gp.make_dataset(compact, process_index=0, process_count=1), 40):
+        assert batch["tokens"].dtype == want
+        expected, out = next(want_batches), expand_compact(batch)
+        for key, value in expected.items():
+            np.testing.assert_array_equal(out[key], value)
 
 
 def test_compact_evaluation_batches_with_padding_rows_expand_to_the_full_ones(tmp_path):

@@ -325,9 +325,11 @@ def test_prefetch_close_stops_the_thread_and_rewinds_to_the_consumed_step(tmp_pa
     batches.close()
     assert prefetch_threads() == [] and inner.step == 1
     assert batches.get_state() == inner.get_state()
-    for step in range(1, 6):  # iterating again restarts the thread where the consumer was
+    for step in range(1, 4):  # iterating again restarts the thread where the consumer was
         assert_same_arrays(next(batches), expected[step], f"step {step}")
-    batches.close()
+    with batches:  # as a context manager: closed on exit
+        assert_same_arrays(next(batches), expected[4], "step 4")
+    assert prefetch_threads() == [] and inner.step == 5
 
 
 def test_prefetch_of_a_finite_grain_iterator_and_its_errors(tmp_path):

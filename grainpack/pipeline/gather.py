@@ -43,14 +43,26 @@ class TokenStream(Protocol):
 
 
 def token_dtype(readers: Sequence[TokenStream], ids: Sequence[int]) -> np.dtype:
-    """The dtype rows are gathered in: the readers' common dtype if the ``ids`` (pad and
-    boundary) fit it, else int32."""
-    dtypes = {np.dtype(r.dtype) for r in readers}
-    if len(dtypes) == 1:
-        dtype = dtypes.pop()
-        info = np.iinfo(dtype)
-        if all(info.min <= i <= info.max for i in ids):
-            return dtype
+    """The dtype rows are gathered in (a compact batch's ``tokens``): the readers' dtypes
+    promoted (uint16 and uint32 give uint32), or uint32 if the ``ids`` (pad and boundary)
+    do not fit it, or int32 (signed or wider dtypes; ids are below 2**31).
+
+    Example:
+      >>> class R:
+      ...     def __init__(self, dtype): self.dtype = np.dtype(dtype)
+      >>> [str(token_dtype([R(a), R(b)], ids)) for a, b, ids in [("uint16", "uint16", [0]),
+      ...     ("uint16", "uint32", [0]), ("uint16", "uint16", [70_000]), ("uint16", "int32", [0])]]
+      ['uint16', 'uint32', 'uint32', 'int32']
+    """
+
+    def holds_ids(dtype: np.dtype) -> bool:
+        return all(np.iinfo(dtype).min <= i <= np.iinfo(dtype).max for i in ids)
+
+    dtype = np.result_type(*[np.dtype(r.dtype) for r in readers])
+    if dtype.itemsize <= 4 and holds_ids(dtype):
+        return dtype
+    if dtype.kind == "u" and holds_ids(np.dtype(np.uint32)):
+        return np.dtype(np.uint32)
     return np.dtype(np.int32)
 
 
@@ -91,9 +103,8 @@ class RowReader:
         self.width = block + 1
         source, shard = packed.read_source, packed.read_shard
         start, stop = packed.read_start, packed.read_stop
-        used = np.flatnonzero(np.bincount(source + 1, minlength=len(readers) + 1)[1:]).tolist()
         ids = [pad_id] if boundary_id is None else [pad_id, boundary_id]
-        self.dtype = token_dtype([readers[j] for j in used], ids)
+        self.dtype = token_dtype(readers, ids)  # of every source: one dtype for every batch
         # buffer g: shard g - base[j] of source j; the last one holds the constants
         base = np.cumsum([0, *(len(r.shard_starts) - 1 for r in readers)])
         index = base[source] + shard
