@@ -341,6 +341,27 @@ def test_selectors_are_applied_per_block(corpora):
         assert len(missing) <= 1 and (source.lengths[missing] == 0).all()
 
 
+def test_a_selector_with_the_blocked_order_through_make_dataset(corpora):
+    # Epoch 0 keeps only documents shorter than 10 tokens (a step's check of the selector's
+    # replay cost once failed on blocked rows).
+    selector = gp.LengthBuckets(edges=(10,), rates=((1.0, 0.0), (0.0, 1.0)))
+    cfg = config(
+        corpora, weights=None, sources={"en": corpora["en"]}, sequence_selector=selector,
+        provenance=True,
+    )  # fmt: skip
+    lengths = gp.open_corpus(corpora["en"]).lengths
+    got, _ = batches(cfg, 6)
+    for batch in got[:3]:  # within epoch 0 (its short documents hold about 60 rows)
+        assert (batch["epoch"] == 0).all()
+        documents = batch["segment_document"][batch["segment_document"] >= 0]
+        assert len(documents) and (lengths[documents] < 10).all()
+    fresh = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    fresh.set_state(batches(cfg, 3)[1].get_state())  # a restore at step 3
+    for step in range(3, 6):
+        batch = next(fresh)
+        assert all(np.array_equal(batch[k], got[step][k]) for k in batch), step
+
+
 def test_arbitrary_selectors_need_the_exact_order(corpora):
     cfg = config(corpora, sequence_selector=np.sort)
     with pytest.raises(TypeError, match="order=BlockedOrder needs a selector"):

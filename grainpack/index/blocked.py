@@ -371,6 +371,10 @@ class BlockedRows(EpochRows):
             )
         return (tokens + docs if self.boundary else tokens), docs
 
+    @property
+    def epoch_items(self) -> int:
+        return self.num_blocks
+
     def rows_in_epoch(self, epoch: int) -> int:
         """Rows in ``epoch`` (constant unless a selector changes the epoch's documents)."""
         if self.rows_per_epoch is not None:

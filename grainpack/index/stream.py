@@ -147,6 +147,12 @@ class EpochRows:
     def rows_in_epoch(self, epoch: int) -> int:
         raise NotImplementedError
 
+    @property
+    def epoch_items(self) -> int:
+        """What one epoch's plan shuffles: documents (blocks, in the blocked order); with a
+        selector, reaching epoch ``e`` replays ``e`` such shuffles."""
+        raise NotImplementedError
+
     def locate(self, occurrences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Maps occurrence indices to (epoch, row inside the epoch)."""
         occurrences = np.asarray(occurrences, dtype=np.int64)
@@ -231,6 +237,10 @@ class SourceRows(EpochRows):
                 time.perf_counter() - started,
             )
         return entry.plan
+
+    @property
+    def epoch_items(self) -> int:
+        return len(self.lengths)
 
     def rows_in_epoch(self, epoch: int) -> int:
         """Rows in ``epoch`` (constant unless a selector changes the epoch's documents)."""

@@ -345,12 +345,13 @@ class PipelineBatches:
                 continue
             used = self._rows_bound(step, steps) if used is None else used
             epochs = used[j] / rows.rows_in_epoch(0)
-            work = epochs * len(rows.lengths)
+            work = epochs * rows.epoch_items
             if work > MAX_REPLAY_DOCUMENTS:
                 raise ValueError(
                     f"step {step:,} lies in about epoch {epochs:,.0f} of source {names[j]!r}, "
                     "whose sequence_selector decides each epoch's documents: reaching it plans "
-                    f"every earlier epoch, about {work:,.0f} document shuffles (hours); "
+                    f"every earlier epoch, about {work:,.0f} documents (or blocks) shuffled "
+                    "(hours); "
                     f"grainpack refuses more than MAX_REPLAY_DOCUMENTS={MAX_REPLAY_DOCUMENTS:,}. "
                     "Check the step (a corrupt checkpoint state?)"
                 )
