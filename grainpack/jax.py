@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
+from grainpack.checks import check_int
 from grainpack.pipeline.expand import COMPACT_KEYS
 
 
@@ -67,9 +68,8 @@ def process_index_and_count(
     if process_index is None or process_count is None:
         process_index = jax.process_index() if process_index is None else process_index
         process_count = jax.process_count() if process_count is None else process_count
-    for name, value in (("process_index", process_index), ("process_count", process_count)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int; got {value!r}")
+    process_index = check_int("process_index", process_index)
+    process_count = check_int("process_count", process_count, minimum=1)
     if not 0 <= process_index < process_count:
         raise ValueError(
             f"need 0 <= process_index < process_count; got {process_index=}, {process_count=}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -105,6 +107,19 @@ def test_weights_accept_any_real_number_type(tmp_path):
         gp.PipelineConfig(
             sources=paths, block=8, global_batch_size=4, weights={"en": "0.5", "fr": 0.5}
         )
+
+
+def test_numpy_integers_are_stored_as_ints(tmp_path):
+    # The fingerprint (and so get_state) is JSON of the config: np.int64 could not be written.
+    ints = dict(block=8, global_batch_size=4, seed=3, pad_id=0, boundary_id=9)
+    numpy = gp.PipelineConfig(
+        sources={"en": str(tmp_path)}, **{k: np.int64(v) for k, v in ints.items()},
+        order=gp.BlockedOrder(block_docs=np.int32(16), window_blocks=np.uint8(2)),
+    )  # fmt: skip
+    for key, value in ints.items():
+        assert type(getattr(numpy, key)) is int and getattr(numpy, key) == value
+    assert type(numpy.order.block_docs) is int and type(numpy.order.window_blocks) is int
+    assert json.loads(json.dumps(numpy.description()))["block"] == 8
 
 
 # -- schedules ------------------------------------------------------------------------------

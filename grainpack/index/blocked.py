@@ -156,8 +156,8 @@ class BlockedOrder:
     window_blocks: int = 256
 
     def __post_init__(self) -> None:
-        check_int("block_docs", self.block_docs, minimum=1)
-        check_int("window_blocks", self.window_blocks, minimum=1)
+        for name in ("block_docs", "window_blocks"):  # numpy integers are stored as ints
+            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=1))
 
     def description(self) -> dict[str, Any]:
         """JSON-able identity (part of the pipeline fingerprint)."""

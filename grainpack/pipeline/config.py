@@ -98,12 +98,15 @@ class PipelineConfig:
             if not isinstance(name, str) or not isinstance(path, str | os.PathLike):
                 raise TypeError(f"sources must map str -> path; got {name!r}: {path!r}")
         object.__setattr__(self, "sources", {k: os.fspath(v) for k, v in self.sources.items()})
-        check_int("block", self.block, minimum=1)
-        check_int("global_batch_size", self.global_batch_size, minimum=1)
-        check_int("seed", self.seed, minimum=0)
+        # numpy integers are accepted and stored as ints (the fingerprint is JSON of them)
+        for name, minimum in (("block", 1), ("global_batch_size", 1), ("seed", 0)):
+            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum))
         for token in ("pad_id", "boundary_id"):
             value = getattr(self, token)
-            if value is not None and check_int(token, value, minimum=0) > MAX_TOKEN_ID:
+            if value is None:
+                continue
+            object.__setattr__(self, token, check_int(token, value, minimum=0))
+            if value > MAX_TOKEN_ID:
                 raise ValueError(
                     f"{token} must be < 2**31 (batches hold int32 token ids); got {token}={value}"
                 )
