@@ -3,6 +3,7 @@ contract with ``order=BlockedOrder(...)`` (exact expected values on small corpor
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -385,6 +386,12 @@ def test_the_exact_order_refuses_a_corpus_too_large_for_it(corpora):
         gp.make_dataset(config(corpora, order="exact"), process_index=0, process_count=1,
                         max_index_bytes=10_000)  # fmt: skip
     gp.make_dataset(config(corpora), process_index=0, process_count=1, max_index_bytes=10_000)
+    # an evaluation pass plans the exact order too: the same guard, for its source only
+    exact = config(corpora, order="exact")
+    for limit, refused in ((2_000, True), (5_000, False)):  # 34 B a document: fr 80, en 300
+        with contextlib.nullcontext() if not refused else pytest.raises(ValueError, match="80 "):
+            gp.make_dataset(exact, process_index=0, process_count=1, evaluation="fr",
+                            max_index_bytes=limit)  # fmt: skip
 
 
 @pytest.mark.slow

@@ -202,13 +202,18 @@ class PipelineBatches:
         if cfg.blocked is not None:
             return 0
         total = 0
-        for source in self.sources:
+        for source in self._planned_sources():
             if cfg.unit == "windows":
                 total += 16 * len(source) + 8 * (source.num_tokens // (cfg.block + 1))
             else:
                 extra = SELECTOR_BYTES_PER_DOCUMENT if cfg.sequence_selector is not None else 0
                 total += (EXACT_BYTES_PER_DOCUMENT + extra) * len(source)
         return total * copies
+
+    def _planned_sources(self) -> list[TokenShardSource]:
+        """The sources this pipeline plans: all, or the evaluated one."""
+        names = list(self.config.sources)
+        return [s for n, s in zip(names, self.sources) if self.evaluation in (None, n)]
 
     def check_index_memory(self, limit: int | None, *, copies: int = 1) -> None:
         """Refuses, before anything is allocated, an exact order that would not fit.
@@ -225,7 +230,7 @@ class PipelineBatches:
         if limit is None:
             limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
         if estimate > limit:
-            documents = sum(len(s) for s in self.sources)
+            documents = sum(len(s) for s in self._planned_sources())
             raise ValueError(
                 f"order='exact' would hold about {_size(estimate)} of index for {documents:,} "
                 f"documents ({copies} planning process(es); O(documents) per process), more "

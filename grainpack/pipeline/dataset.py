@@ -400,7 +400,11 @@ def make_dataset(
     if evaluation is not False:
         source = None if evaluation is True else evaluation
         return make_eval_dataset(
-            config, source=source, process_index=process_index, process_count=process_count
+            config,
+            source=source,
+            process_index=process_index,
+            process_count=process_count,
+            max_index_bytes=max_index_bytes,
         )
     p, count = process_index_and_count(process_index, process_count)
     if check_int("worker_count", worker_count) and _importing_main_in_a_child():
@@ -424,6 +428,7 @@ def make_eval_dataset(
     source: str | None = None,
     process_index: int | None = None,
     process_count: int | None = None,
+    max_index_bytes: int | None = None,
 ) -> grain.IterDataset:
     """A finite pass over epoch 0 of one source: every row exactly once, in order.
 
@@ -437,6 +442,7 @@ def make_eval_dataset(
       source: a key of ``config.sources``.
       process_index: as in :func:`make_dataset`.
       process_count: as in :func:`make_dataset`.
+      max_index_bytes: as in :func:`make_dataset` (for the evaluated source's index).
 
     Example:
       >>> import tempfile, numpy as np, grainpack as gp
@@ -456,6 +462,7 @@ def make_eval_dataset(
         source = next(iter(config.sources))
     p, count = process_index_and_count(process_index, process_count)
     batches = PipelineBatches(config, process_count=count, evaluation=source)
+    batches.check_index_memory(max_index_bytes)
     return grain.MapDataset.source(batches)[p::count].to_iter_dataset(READ_OPTIONS)
 
 
