@@ -12,6 +12,7 @@ import pytest
 
 import grainpack as gp
 from grainpack.curriculum.bandit import LengthBandit, UndecidedEpochError
+from grainpack.curriculum.protocols import BindsToSource
 from grainpack.curriculum.selectors import Chain, LengthBuckets, LinearRamp, PerSource
 from grainpack.index.hashing import splitmix64
 
@@ -244,6 +245,8 @@ def test_bind_gives_each_source_its_lengths_and_per_source_selectors(corpus, tmp
     assert counts(src.lengths, per.bind("c", src)(base(src), 0, 0)) == [0, 300, 300]
     assert per.bind("o", other) is None and per.bind("x", other) is None
     assert not callable(per)  # only binds: an order does not say which source it is from
+    assert not isinstance(per, gp.SequenceSelector) and isinstance(per, BindsToSource)
+    assert isinstance(unbound, gp.SequenceSelector) and isinstance(np.sort, gp.SequenceSelector)
     bound = LengthBuckets(edges=EDGES, rates=(1.0, 1.0, 0.0), corpus=src)
     with pytest.raises(ValueError, match="applies it to source 'o'"):
         bound.bind("o", other)

@@ -6,7 +6,7 @@ same result without communicating. Pure: numpy and the standard library only.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -28,12 +28,14 @@ DOCUMENT_ORDER_STREAM = 0xD0C5
 WINDOW_ORDER_STREAM = 0xDA7A
 
 
+@runtime_checkable
 class SequenceSelector(Protocol):
     """Curriculum hook: ``(order, seed, epoch) -> order`` (reorder and/or filter documents).
 
     It receives the epoch's base permutation of document ids and returns the ids to consume,
     in order: any subset of them, each at most once. Plain functions satisfy the protocol;
     make them module-level (or small objects) so they pickle into worker processes.
+    ``isinstance(x, SequenceSelector)`` checks only that ``x`` is callable.
     """
 
     def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray: ...
