@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from grainpack.checks import check_int
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.writer import CorpusWriter
+from grainpack.index.checks import check_int
 from grainpack.pipeline.accounting import mixture_accounting
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.dataset import make_dataset

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from grainpack.checks import check_int
+from grainpack.index.checks import check_int
 from grainpack.pipeline.expand import COMPACT_KEYS
 
 

@@ -20,7 +20,7 @@ THROUGHPUT = {
     "limit",
     "nanogpt",
     "packed_stream",
-    "seed_loop",
+    "mixed_stream",
     "grain_packer",
     *GRAINPACK,
     "documents_workers",

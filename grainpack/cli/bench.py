@@ -10,7 +10,7 @@ loader's ratio to the limit is the median over rounds of its pass against the li
 
 * the limit: ``block + 1``-token rows copied from the memmap at sequential offsets;
 * peers: nanoGPT's ``get_batch`` (random windows; numpy in place of torch), the window
-  loader's ``PackedStream`` and ``MixedStream`` (the seed loops), and Grain's own packer
+  loader's ``PackedStream`` and ``MixedStream``, and Grain's own packer
   (``source -> shuffle -> to_iter_dataset -> ConcatThenSplit -> batch``);
 * grainpack ``make_dataset`` (documents with a boundary token, and windows; both sources
   mixed), in the full layout (every output key) and the compact one, in-process and (full
@@ -358,8 +358,8 @@ def _machine() -> dict[str, Any]:
 THROUGHPUT_LABELS = {
     "limit": "limit: memcpy of block+1 rows",
     "nanogpt": "nanoGPT get_batch: random windows, unpacked",
-    "packed_stream": "seed loop: PackedStream.next per row",
-    "seed_loop": "seed loop: MixedStream.next_batch",
+    "packed_stream": "window loader: PackedStream.next per row",
+    "mixed_stream": "window loader: MixedStream.next_batch",
     "grain_packer": "Grain ConcatThenSplit packer",
     "documents": "grainpack documents, in-process",
     "windows": "grainpack windows, in-process",
@@ -444,7 +444,7 @@ def run_benchmarks(
         "limit": _limit(paths["a"]),
         "nanogpt": _nanogpt(paths["a"]),
         "packed_stream": _packed_stream(paths["a"]),
-        "seed_loop": lambda: mix.next_batch(BATCH),
+        "mixed_stream": lambda: mix.next_batch(BATCH),
         "grain_packer": _grain_packer(paths["a"]),
         **{name: _batches(configs[name]) for name in GRAINPACK},
     }

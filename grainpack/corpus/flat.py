@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from grainpack.checks import is_int
 from grainpack.corpus.errors import CorpusError, os_error
 from grainpack.corpus.native import MANIFEST_NAME, is_plain_name, load_json
 from grainpack.corpus.shards import FileIdentity, ShardRecord, SplitAfter, WholeShard
 from grainpack.corpus.source import TokenShardSource
+from grainpack.index.checks import is_int
 
 _FIX = "expected an object mapping shard file name -> token count (int >= 0); fix index.json"
 

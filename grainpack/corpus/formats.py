@@ -14,12 +14,12 @@ import errno
 import os
 from pathlib import Path
 
-from grainpack.checks import is_int
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError, os_error
 from grainpack.corpus.flat import open_flat_layout
 from grainpack.corpus.megatron import open_megatron
 from grainpack.corpus.native import MANIFEST_NAME, PathLike, not_a_corpus, open_native, plain_int
 from grainpack.corpus.source import TokenShardSource
+from grainpack.index.checks import is_int
 
 __all__ = ["fingerprint", "open_corpus"]
 

@@ -47,11 +47,11 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.checks import is_int
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError, os_error
 from grainpack.corpus.shards import FileIdentity, OffsetsFile, ShardRecord
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import summary_pieces
+from grainpack.index.checks import is_int
 
 __all__ = [
     "MANIFEST_NAME",

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.checks import check_int, is_int
 from grainpack.corpus.errors import CorpusError, os_error
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import (
@@ -43,6 +42,7 @@ from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
 from grainpack.corpus.transaction import Transaction
 from grainpack.index.blocked import feistel, mix_key
+from grainpack.index.checks import check_int, is_int
 
 __all__ = ["CorpusWriter", "shuffle_corpus", "shuffled_order", "write_corpus"]
 

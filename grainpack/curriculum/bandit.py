@@ -16,8 +16,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grainpack.checks import check_float, check_floats, check_int, check_rates
 from grainpack.curriculum.online import UndecidedEpochError
+from grainpack.index.checks import check_float, check_floats, check_int, check_rates
 
 _STATE_FORMAT = "grainpack.LengthBandit/1"
 

@@ -17,9 +17,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grainpack.checks import check_float, check_floats, check_int
 from grainpack.curriculum.bandit import exponential_policy, learn_preferences
 from grainpack.curriculum.online import UndecidedEpochError
+from grainpack.index.checks import check_float, check_floats, check_int
 from grainpack.index.schedule import Segment
 from grainpack.index.weights import normalize_probabilities
 

@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.checks import check_int, check_rates
 from grainpack.curriculum.protocols import (
     HasLengths,
     RateSchedule,
@@ -42,6 +41,7 @@ from grainpack.curriculum.protocols import (
     bind_selector,
     describe_selector,
 )
+from grainpack.index.checks import check_int, check_rates
 from grainpack.index.hashing import splitmix64, splitmix64_array
 from grainpack.index.orders import SequenceSelector, check_selected_order
 

@@ -41,7 +41,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from grainpack.checks import check_int
+from grainpack.index.checks import check_int
 from grainpack.index.hashing import MASK64, splitmix64, splitmix64_inplace
 from grainpack.index.orders import check_selected_order
 from grainpack.index.stream import EpochRows, Spans

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.checks import check_int
+from grainpack.index.checks import check_int
 from grainpack.index.hashing import MASK64, splitmix64, splitmix64_inplace
 from grainpack.index.schedule import (
     MixtureSchedule,

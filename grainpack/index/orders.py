@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from grainpack.checks import check_int
+from grainpack.index.checks import check_int
 
 __all__ = [
     "DOCUMENT_ORDER_STREAM",

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from grainpack.checks import check_int
+from grainpack.index.checks import check_int
 from grainpack.index.weights import normalize_probabilities
 
 __all__ = [

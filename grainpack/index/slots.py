@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grainpack.checks import check_int
+from grainpack.index.checks import check_int
 
 __all__ = ["process_slots", "slot_order"]
 

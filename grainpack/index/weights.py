@@ -12,7 +12,7 @@ from typing import overload
 
 import numpy as np
 
-from grainpack.checks import check_int
+from grainpack.index.checks import check_int
 
 __all__ = ["content_probabilities", "normalize_probabilities", "token_premiums"]
 

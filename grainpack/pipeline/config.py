@@ -8,10 +8,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from grainpack.checks import check_float, check_int
 from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.curriculum.protocols import BindsToSource, describe_selector
 from grainpack.index.blocked import BlockedOrder
+from grainpack.index.checks import check_float, check_int
 from grainpack.index.orders import SequenceSelector
 from grainpack.index.schedule import MixtureSchedule, Stage, WeightSchedule, probabilities_at
 from grainpack.index.weights import content_probabilities

@@ -23,7 +23,7 @@ import grain
 import numpy as np
 from absl import flags
 
-from grainpack.checks import check_int, is_int
+from grainpack.index.checks import check_int, is_int
 from grainpack.jax import process_index_and_count
 from grainpack.pipeline.batches import FORMAT_VERSION, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.checks import check_int
+from grainpack.index.checks import check_int
 from grainpack.index.stream import stream_plan
 
 __all__ = ["PackedCorpus", "pack_documents"]

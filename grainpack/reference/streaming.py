@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.checks import check_int
+from grainpack.index.checks import check_int
 from grainpack.index.orders import SequenceSelector, global_document_order, shard_documents_for_rank
 from grainpack.reference.packing import pack_documents
 

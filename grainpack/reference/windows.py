@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.checks import check_int
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.source import TokenShardSource
+from grainpack.index.checks import check_int
 from grainpack.index.mixing import (
     SlotMixer,
     choose_source,
