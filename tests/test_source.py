@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import pickle
 import re
 import threading
@@ -10,6 +12,7 @@ import grain
 import numpy as np
 import pytest
 
+import grainpack as gp
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.shards import OffsetsFile, ShardRecord, SplitAfter
@@ -238,3 +241,25 @@ def test_offsets_runs_are_checked_where_they_are_read(tmp_path):
     with pytest.raises(CorpusError, match=r"offsets-00002\.bin: document offsets decrease at"):
         src.offsets_between(3, 6)
     assert src.offsets_between(0, 2).tolist() == [0, 3, 3]  # the other shards still read
+
+
+def test_mapped_shards_are_bounded_and_mapped_again_when_read(tmp_path, monkeypatch):
+    # Each mapped shard holds two descriptors (tokens and offsets maps): past the bound the
+    # least recently used maps are dropped, so a corpus of any number of shards is readable.
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(1, 500, size=rng.integers(1, 30)) for _ in range(300)]
+    path = tmp_path / "c"
+    write_corpus(path, docs, shard_tokens=100)
+    config = gp.PipelineConfig(sources={"c": str(path)}, block=32, global_batch_size=4)
+    want = list(itertools.islice(gp.make_dataset(config, process_index=0, process_count=1), 60))
+    monkeypatch.setattr("grainpack.corpus.source.MAX_MAPPED_SHARDS", 4)
+    src = open_corpus(path)
+    assert len(src.shards) > 40
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(2):  # every shard mapped, dropped, and mapped again
+        assert all(np.array_equal(src[i], d) for i, d in enumerate(docs))
+        assert len(os.listdir("/proc/self/fd")) <= before + 2 * 4
+        assert sum(m is not None for m in src._maps) <= 4
+    got = itertools.islice(gp.make_dataset(config, process_index=0, process_count=1), 60)
+    for step, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert all(np.array_equal(a[k], b[k]) for k in b), step

@@ -20,6 +20,7 @@ what they need from the maps.
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import faulthandler
 import functools
@@ -28,7 +29,7 @@ import mmap
 import operator
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,15 @@ from grainpack.corpus.shards import (
     raise_open_file_limit,
 )
 
+# A process maps every shard it reads, and Python's mmap keeps a descriptor per map (two per
+# shard: tokens and offsets). Past this many mapped shards in a source, the least recently
+# used are dropped (a map closes once no reader holds a view of it): descriptors stay
+# bounded whatever the number of shards.
+MAX_MAPPED_SHARDS = 1024
+
 _TRANSIENT = (
+    "_recent",
+    "_recent_lock",
     "_maps",
     "_mmaps",
     "_ends",
@@ -126,6 +135,8 @@ class TokenShardSource:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
+        self._recent: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._recent_lock = threading.RLock()  # not _lock: offsets are built holding that
         self._maps: list[np.ndarray | None] = [None] * len(self._shards)
         self._mmaps: list[mmap.mmap | None] = [None] * len(self._shards)
         self._ends = [  # the bytes of each token file its tokens need
@@ -279,6 +290,8 @@ class TokenShardSource:
         ``check`` (once)."""
         local = self._locals[k]
         record = self._shards[k]
+        if isinstance(record.documents, OffsetsFile):
+            self._touch(k)
         if local is None:
             index = record.documents
             if isinstance(index, OffsetsFile):
@@ -426,12 +439,26 @@ class TokenShardSource:
 
     # -- reads ----------------------------------------------------------------------------------
 
+    def _touch(self, k: int) -> None:
+        """Marks shard ``k`` as just used, and drops the maps of the least recently used
+        shards past ``MAX_MAPPED_SHARDS`` (they are mapped again when next read)."""
+        with self._recent_lock:
+            recent = self._recent
+            recent[k] = None
+            recent.move_to_end(k)
+            while len(recent) > MAX_MAPPED_SHARDS:
+                j, _ = recent.popitem(last=False)
+                self._maps[j] = self._mmaps[j] = self._buffers[j] = None
+                if isinstance(self._shards[j].documents, OffsetsFile):
+                    self._locals[j] = None  # mapped, not computed: cheap to map again
+
     def _shard(self, k: int) -> np.ndarray:
         """Shard ``k``'s tokens, mapped on first use; the file is checked against its
         identity on every call, so a changed file raises before its pages are touched."""
         record = self._shards[k]
         if record.num_tokens == 0:  # mmap cannot map zero bytes
             return np.empty(0, self._file_dtype)
+        self._touch(k)
         tokens, identity = self._maps[k], self._mapped[k]
         if tokens is not None:
             identity.check(record.tokens_path)  # type: ignore[union-attr]
@@ -511,32 +538,39 @@ class TokenShardSource:
             if identity is not None:
                 identity.check(self._shards[k].tokens_path)
 
-    def check_mapped(self, shard: int) -> None:
-        """Raises :class:`CorpusError` if shard ``shard``'s mapped file is now shorter than
-        its tokens: touching them would raise ``SIGBUS``. One ``fstat`` of the mapping, cheap
-        enough for every read of :meth:`shard_view` buffers (:meth:`check_files` also sees
-        replaced and rewritten files).
+    def size_check(self, shard: int) -> Callable[[], None]:
+        """A check to run before each read of a :meth:`shard_view` buffer of ``shard``: it
+        raises :class:`CorpusError` if the mapped file is now shorter than its tokens
+        (touching them would raise ``SIGBUS``). One ``fstat`` of the map, cheap enough for
+        every read (:meth:`check_files` also sees replaced and rewritten files); bound to
+        the current map, which the buffer is a view of.
 
         Example:
             >>> import tempfile
             >>> from grainpack.corpus.writer import write_corpus
             >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2, 3], [4, 5]])
-            >>> view = src.shard_view(0)
+            >>> view, check = src.shard_view(0), src.size_check(0)
             >>> _ = open(src.shards[0].tokens_path, "r+b").truncate(2)
-            >>> src.check_mapped(0)  # doctest: +ELLIPSIS
+            >>> check()  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
             grainpack.corpus.errors.CorpusError: ...tokens-00000.bin: changed since ... (size 10 -> 2 bytes)...
         """  # noqa: E501
-        mapped = self._mmaps[shard]
-        if mapped is None or mapped.size() >= self._ends[shard]:
-            return
-        path = self._shards[shard].tokens_path
-        self._mapped[shard].check(path)  # type: ignore[union-attr]
-        raise CorpusError(  # the path names another file now, shorter than the mapped one
-            f"{path}: the mapped file was truncated to {mapped.size()} bytes (the corpus "
-            f"needs {self._ends[shard]}) while being read; reopen the corpus"
-        )
+        with self._recent_lock:  # no other thread drops the map in between
+            self._shard(shard)
+            mapped, identity = self._mmaps[shard], self._mapped[shard]
+        end, path = self._ends[shard], self._shards[shard].tokens_path
+
+        def check() -> None:
+            if mapped is None or mapped.size() >= end:
+                return
+            identity.check(path)  # type: ignore[union-attr]
+            raise CorpusError(  # the path names another file now, shorter than the mapped one
+                f"{path}: the mapped file was truncated to {mapped.size()} bytes (the corpus "
+                f"needs {end}) while being read; reopen the corpus"
+            )
+
+        return check
 
     def shard_view(self, shard: int) -> memoryview:
         """Shard ``shard``'s tokens as a zero-copy buffer of the mapped file (cached).

@@ -9,7 +9,6 @@ when :func:`~grainpack.pipeline.expand.expand_rows` converts them.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import operator
 from collections.abc import Sequence
@@ -39,7 +38,8 @@ class TokenStream(Protocol):
 
     def shard_view(self, shard: int) -> memoryview: ...
 
-    # Optional: ``check_mapped(shard)`` raises unless reading the view is safe (SIGBUS).
+    # Optional: ``size_check(shard)``, a check that raises unless reading the view is safe
+    # (a truncated file would raise SIGBUS).
 
 
 def token_dtype(readers: Sequence[TokenStream], ids: Sequence[int]) -> np.dtype:
@@ -116,8 +116,8 @@ class RowReader:
             k = g - int(base[j])
             self.shards.setdefault(j, []).append(k)
             view = readers[j].shard_view(k)
-            if hasattr(readers[j], "check_mapped"):
-                checks[g] = functools.partial(readers[j].check_mapped, k)
+            if hasattr(readers[j], "size_check"):
+                checks[g] = readers[j].size_check(k)
             stored = np.dtype(view.format)  # little-endian file bytes, whatever the host
             # mixed token dtypes (or a big-endian host): convert piece by piece
             buffers[g] = view if stored == self.dtype else _Converted(view, stored, self.dtype)
