@@ -124,15 +124,13 @@ class OffsetsFile:
         checking that the file is the one the corpus was opened with."""
         raise_open_file_limit()
         try:
-            if self.identity is not None:
-                self.identity.check(self.path)
-            mapped = np.memmap(
-                self.path,
-                dtype="<i8",
-                mode="r",
-                offset=self.byte_offset,
-                shape=(self.num_documents + 1,),
-            )
+            with open(self.path, "rb") as f:  # the file checked is the file mapped
+                if self.identity is not None:
+                    self.identity.check(self.path, os.fstat(f.fileno()))
+                mapped = np.memmap(
+                    f, dtype="<i8", mode="r", offset=self.byte_offset,
+                    shape=(self.num_documents + 1,),
+                )  # fmt: skip
         except (OSError, ValueError) as err:
             if self.identity is not None:  # replaced or deleted since the check: say so
                 self.identity.check(self.path)
