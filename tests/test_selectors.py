@@ -221,13 +221,17 @@ def test_chained_length_buckets_keep_the_minimum_rate(corpus):
     reports = Chain(a, b).report(order, 4, 3)
     assert [r.rates for r in reports] == [a.rates_for(3), b.rates_for(3)]
     assert reports[1].documents == reports[0].kept_documents
+    assert Chain(reverse_order, a, b).report(None, 4, 3) == reports  # None: every document
+    with pytest.raises(ValueError, match="needs a LengthBuckets stage with a corpus"):
+        Chain(reverse_order).report(None, 4, 3)
 
 
 def test_chain_rejects_bad_stages():
     with pytest.raises(TypeError, match="at least one"):
         Chain()
-    with pytest.raises(TypeError, match="lambda or a local function"):
-        Chain(lambda o, s, e: o)
+    # a lambda is a selector wherever PipelineConfig takes one (in process, and in Grain
+    # workers, which receive it through cloudpickle)
+    assert Chain(lambda o, s, e: o[::-1])(np.arange(3), 0, 0).tolist() == [2, 1, 0]
     with pytest.raises(TypeError, match="must be callable"):
         Chain(3)
     with pytest.raises(ValueError, match=rf"stage 1 \({__name__}.add_unknown_id\)"):

@@ -372,7 +372,12 @@ class BlockLengthBuckets:
 def _check_selector(selector: object, what: str) -> None:
     if not callable(selector):
         raise TypeError(f"{what} must be callable (order, seed, epoch) -> order; got {selector!r}")
-    describe_selector(selector)
+
+
+def _describe(selector: object) -> str:
+    """:func:`describe_selector`, lambdas accepted as ``PipelineConfig`` accepts them (in
+    process: a Grain worker cannot unpickle them)."""
+    return describe_selector(selector, allow_local=True)
 
 
 @dataclasses.dataclass(frozen=True, init=False, repr=False)
@@ -401,7 +406,7 @@ class Chain:
         object.__setattr__(self, "selectors", tuple(selectors))
 
     def __repr__(self) -> str:
-        return f"Chain({', '.join(describe_selector(s) for s in self.selectors)})"
+        return f"Chain({', '.join(_describe(s) for s in self.selectors)})"
 
     @property
     def components(self) -> tuple[object, ...]:
@@ -413,8 +418,19 @@ class Chain:
             out = _checked_stage(i, selector, out, selector(out.copy(), seed, epoch))
         return out
 
-    def report(self, order: np.ndarray, seed: int, epoch: int) -> tuple[Any, ...]:
-        """Reports of the stages that have ``report``, each on the order that stage saw."""
+    def report(self, order: np.ndarray | None, seed: int, epoch: int) -> tuple[Any, ...]:
+        """Reports of the stages that have ``report``, each on the order that stage saw
+        (``None``: every document, as for :meth:`LengthBuckets.report`)."""
+        if order is None:
+            sized = [
+                s for s in self.selectors if isinstance(s, LengthBuckets) and s.corpus is not None
+            ]
+            if not sized:
+                raise ValueError(
+                    "Chain.report(None, ...) needs a LengthBuckets stage with a corpus to "
+                    "count the documents; pass the order"
+                )
+            order = np.arange(len(sized[0].corpus.lengths))
         out, reports = np.asarray(order, dtype=np.int64), []
         for i, selector in enumerate(self.selectors):
             if isinstance(selector, Reports):
@@ -434,10 +450,10 @@ def _checked_stage(i: int, selector: object, given: np.ndarray, result: object) 
     try:
         out = check_selected_order(result, upper)
     except ValueError as err:
-        raise ValueError(f"Chain stage {i} ({describe_selector(selector)}): {err}") from None
+        raise ValueError(f"Chain stage {i} ({_describe(selector)}): {err}") from None
     if out.size and not np.isin(out, given).all():
         raise ValueError(
-            f"Chain stage {i} ({describe_selector(selector)}) returned ids it was not given; a "
+            f"Chain stage {i} ({_describe(selector)}) returned ids it was not given; a "
             "selector must return a subset of its input"
         )
     return out
@@ -474,8 +490,7 @@ class PerSource:
 
     def __repr__(self) -> str:
         inner = ", ".join(
-            f"{k!r}: {'None' if s is None else describe_selector(s)}"
-            for k, s in self.selectors.items()
+            f"{k!r}: {'None' if s is None else _describe(s)}" for k, s in self.selectors.items()
         )
         return f"PerSource({{{inner}}})"
 
