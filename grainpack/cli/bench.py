@@ -532,6 +532,18 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             1.0,
         ),
         (
+            "full layout in-process, worst unit / the window loader's MixedStream",
+            full / t["mixed_stream"]["ratio_to_limit"],
+            ">=",
+            1.5,
+        ),
+        (
+            "full layout in-process, worst unit / Grain's packer",
+            full / t["grain_packer"]["ratio_to_limit"],
+            ">=",
+            30.0,
+        ),
+        (
             "compact layout in-process, documents (x limit)",
             t["documents_compact"]["ratio_to_limit"],
             ">=",
