@@ -131,16 +131,9 @@ def bind_selector(
     return selector
 
 
-def describe_selector(selector: object, *, allow_local: bool = False) -> str:
-    """Stable text for a selector: ``module.name`` for functions, else its ``repr``.
-
-    Args:
-      selector: a selector (a function or an object with a content-derived ``repr``).
-      allow_local: accept lambdas and local functions (in-process use only).
-
-    Raises:
-      TypeError: a lambda or a local function without ``allow_local`` (it cannot be pickled
-        into Grain workers and has no stable name).
+def describe_selector(selector: object) -> str:
+    """Stable text for a selector: ``module.name`` for functions (``<lambda>`` and
+    ``<locals>`` in the name of a lambda or a local function), else its ``repr``.
 
     Example:
       >>> describe_selector(describe_selector)
@@ -149,9 +142,4 @@ def describe_selector(selector: object, *, allow_local: bool = False) -> str:
     name = getattr(selector, "__qualname__", None)
     if name is None:
         return repr(selector)
-    if "<" in name and not allow_local:
-        raise TypeError(
-            f"selector {name!r} is a lambda or a local function: it cannot be pickled into "
-            "Grain workers and has no stable name; define it at module level"
-        )
     return f"{selector.__module__}.{name}"

@@ -374,12 +374,6 @@ def _check_selector(selector: object, what: str) -> None:
         raise TypeError(f"{what} must be callable (order, seed, epoch) -> order; got {selector!r}")
 
 
-def _describe(selector: object) -> str:
-    """:func:`describe_selector`, lambdas accepted as ``PipelineConfig`` accepts them (in
-    process: a Grain worker cannot unpickle them)."""
-    return describe_selector(selector, allow_local=True)
-
-
 @dataclasses.dataclass(frozen=True, init=False, repr=False)
 class Chain:
     """Selectors applied in order, each to the previous one's output.
@@ -406,7 +400,7 @@ class Chain:
         object.__setattr__(self, "selectors", tuple(selectors))
 
     def __repr__(self) -> str:
-        return f"Chain({', '.join(_describe(s) for s in self.selectors)})"
+        return f"Chain({', '.join(describe_selector(s) for s in self.selectors)})"
 
     @property
     def components(self) -> tuple[object, ...]:
@@ -450,10 +444,10 @@ def _checked_stage(i: int, selector: object, given: np.ndarray, result: object) 
     try:
         out = check_selected_order(result, upper)
     except ValueError as err:
-        raise ValueError(f"Chain stage {i} ({_describe(selector)}): {err}") from None
+        raise ValueError(f"Chain stage {i} ({describe_selector(selector)}): {err}") from None
     if out.size and not np.isin(out, given).all():
         raise ValueError(
-            f"Chain stage {i} ({_describe(selector)}) returned ids it was not given; a "
+            f"Chain stage {i} ({describe_selector(selector)}) returned ids it was not given; a "
             "selector must return a subset of its input"
         )
     return out
@@ -490,7 +484,8 @@ class PerSource:
 
     def __repr__(self) -> str:
         inner = ", ".join(
-            f"{k!r}: {'None' if s is None else _describe(s)}" for k, s in self.selectors.items()
+            f"{k!r}: {'None' if s is None else describe_selector(s)}"
+            for k, s in self.selectors.items()
         )
         return f"PerSource({{{inner}}})"
 

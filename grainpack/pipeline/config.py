@@ -286,7 +286,7 @@ class PipelineConfig:
         if selector is not None:
             # A function's name is quoted, an object's repr is not (fingerprints of saved
             # checkpoints depend on this text).
-            text = describe_selector(selector, allow_local=True)
+            text = describe_selector(selector)
             selector = repr(text) if hasattr(selector, "__qualname__") else text
         # Fixed weights (and schedules whose weights never change) keep the "probabilities"
         # entry of every checkpoint saved before schedules existed.
