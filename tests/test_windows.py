@@ -237,6 +237,12 @@ def test_mixed_stream_rejects_bad_probs(en_ar, probs, match):
         MixedStream(en_ar, 4, 0, probs)
 
 
+@pytest.mark.parametrize("empty", [[], (), {}])
+def test_mixed_stream_empty_probs_mean_equal(en_ar, empty):
+    # the seed's `self.probs = probs or [1.0 / len(langs)] * len(langs)`
+    assert MixedStream(en_ar, 4, 0, empty).probs == [0.5, 0.5]
+
+
 def test_mixed_stream_load_state_dict_validates_before_changing(en_ar):
     mix = MixedStream(en_ar, 4, 0)
     with pytest.raises(ValueError, match="unknown languages"):

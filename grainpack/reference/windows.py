@@ -158,7 +158,8 @@ class MixedStream:
         seq_len: model sequence length.
         seed: mix seed, >= 0.
         probs: per-language probabilities (sequence in language order or mapping language ->
-            probability); None for equal. See ``content_probabilities`` for content mode.
+            probability); None (or empty, as the seed's ``probs or ...``) for equal. See
+            ``content_probabilities`` for content mode.
 
     Raises:
         ValueError: bad probabilities, or a corpus shorter than one window.
@@ -187,6 +188,8 @@ class MixedStream:
             )
         self.langs = list(sources)
         self.seed = check_int("seed", seed, minimum=0)
+        if isinstance(probs, list | tuple | Mapping) and not probs:  # the seed's `probs or ...`
+            probs = None
         if isinstance(probs, Mapping):
             if set(probs) != set(self.langs):
                 raise ValueError(
