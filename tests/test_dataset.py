@@ -320,6 +320,44 @@ def test_set_state_rejects_a_corrupt_state(two_sources, bad):
         it.set_state({**it.get_state(), **bad})
 
 
+def test_set_state_checks_the_process_layout_at_step_zero(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4)
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    edited = {**it.get_state(), "process_count": 3, "process_index": 1}
+    with pytest.raises(ValueError, match="process_count=3 does not divide global_batch_size=4"):
+        it.set_state(edited)
+
+
+def test_a_refused_blocked_state_leaves_the_iterator_as_it_was(two_sources):
+    # Past the mixer's first count block (2**16 slots): a state with edited counts (still
+    # summing to the slot) is refused, and neither the true state nor the iterator's own
+    # next batch suffer from it.
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(
+        sources=paths, block=8, global_batch_size=8, seed=3, order=gp.BlockedOrder()
+    )
+    state = iter(gp.make_dataset(cfg, process_index=0, process_count=1)).state_after(9000)
+    assert sum(state["counts"]) == 72_000
+    edited = {**state, "counts": [state["counts"][0] + 1, state["counts"][1] - 1]}
+    first = next(iter(gp.make_dataset(cfg, process_index=0, process_count=1)))
+    restored = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    restored.set_state(state)
+    expected = next(restored)
+
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    with pytest.raises(ValueError, match="resume verification failed"):
+        it.set_state(edited)
+    assert it.get_state()["step"] == 0
+    for key, value in next(it).items():
+        np.testing.assert_array_equal(value, first[key], err_msg=key)
+    with pytest.raises(ValueError, match="resume verification failed"):
+        it.set_state(edited)
+    it.set_state(state)
+    for key, value in next(it).items():
+        np.testing.assert_array_equal(value, expected[key], err_msg=key)
+
+
 def test_make_dataset_evaluation_mode_is_the_eval_pass(two_sources):
     paths, _ = two_sources
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=3)

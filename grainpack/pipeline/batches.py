@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -193,6 +194,27 @@ class PipelineBatches:
                 mixer.anchor(*self.anchor)
             self._mixer = mixer
         return self._mixer
+
+    def anchor_at(self, slot: int, counts: Sequence[int]) -> Callable[[], None]:
+        """Anchors a fresh :attr:`mixer` at ``slot``, whose per-source ``counts`` a restored
+        state gives (trusted: the restore then verifies a batch that depends on them).
+        Returns a function that brings back the previous mixer and anchor.
+
+        Raises:
+            ValueError: ``counts`` has the wrong length or does not sum to ``slot``.
+        """
+        previous = self.anchor, self._mixer
+
+        def undo() -> None:
+            self.anchor, self._mixer = previous
+
+        self.anchor, self._mixer = (slot, tuple(counts)), None
+        try:
+            self.mixer  # noqa: B018 (built now, so that bad counts raise here)
+        except BaseException:
+            undo()
+            raise
+        return undo
 
     def index_bytes(self, copies: int = 1) -> int:
         """Estimated peak bytes of the exact order's index in one process (0 for the

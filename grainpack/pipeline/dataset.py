@@ -261,32 +261,36 @@ class PipelineIterator(grain.DatasetIterator):
                 "pass ignore_fingerprint_mismatch=True to make_dataset to accept the change. "
                 "(A checkpoint saved with gp.CheckpointSave also names what changed.)"
             )
-        step = state["step"]
-        if "counts" in state and state["fingerprint"] == self._batches.fingerprint:
-            anchor = (step * self._batches.config.global_batch_size, tuple(counts))
-            try:
-                self._batches.mixer.anchor(*anchor)
-            except ValueError as err:
-                raise ValueError(f"corrupt grainpack iterator state: {err}") from None
-            self._batches.anchor = anchor  # for the Grain workers started after the restore
-        self._batches.check_step(step)  # a step beyond any run is refused before any work
-        if step and state["fingerprint"] == self._batches.fingerprint:
-            self._verify(state)
-        self.close()
-        self._step = step
-        self._last = None
-
-    def _verify(self, state: Mapping[str, int]) -> None:
-        """Recomputes the batch before ``state["step"]`` and compares its digest, after the
-        checks that cost nothing: the process layout and a zero digest."""
-        step, p, count = state["step"], state["process_index"], state["process_count"]
-        size = self._batches.config.global_batch_size
-        if size % count:
+        step, same = state["step"], state["fingerprint"] == self._batches.fingerprint
+        size, count = self._batches.config.global_batch_size, state["process_count"]
+        if same and size % count:
             raise ValueError(
                 f"corrupt grainpack iterator state: process_count={count} does not divide "
                 f"global_batch_size={size}, so no process of this config saved it (the state "
                 "was edited); restore each process from the state it saved"
             )
+        self._batches.check_step(step)  # a step beyond any run is refused before any work
+        undo = None
+        if "counts" in state and same:
+            try:
+                undo = self._batches.anchor_at(step * size, counts)
+            except ValueError as err:
+                raise ValueError(f"corrupt grainpack iterator state: {err}") from None
+        try:
+            if step and same:
+                self._verify(state)
+        except BaseException:
+            if undo is not None:  # a refused state leaves the iterator as it was
+                undo()
+            raise
+        self.close()
+        self._step = step
+        self._last = None
+
+    def _verify(self, state: Mapping[str, int]) -> None:
+        """Recomputes the batch before ``state["step"]`` and compares its digest (a zero
+        digest, which only a state before the first batch has, is refused first)."""
+        step, p, count = state["step"], state["process_index"], state["process_count"]
         if state["digest"] == 0:  # get_state gives 0 only before the first batch
             raise _verification_failed(step, None)
         logger.info("resume at step %d: recomputing batch %d to verify its digest", step, step - 1)
