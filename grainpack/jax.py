@@ -187,7 +187,8 @@ class DevicePrefetch(grain.DatasetIterator):
     """The iterator of :func:`prefetch_to_device`."""
 
     def __init__(self, iterator: Any, sharding: Sharding | Mesh, size: int) -> None:
-        super().__init__()
+        # Grain's parent link: checkpoint code finds the pipeline iterator through it
+        super().__init__(iterator if isinstance(iterator, grain.DatasetIterator) else ())
         self._iterator, self._sharding, self._size = iterator, sharding, size
         self._lock = threading.Lock()  # the thread's next() vs. get_state/set_state
         self._queue: queue.Queue | None = None
@@ -253,13 +254,8 @@ class DevicePrefetch(grain.DatasetIterator):
             return self._consumed()
 
     def set_state(self, state: Any) -> None:
-        self._shutdown(rewind=False)
+        self._shutdown()  # at the consumed step, where a refused state leaves it
         self._iterator.set_state(state)
-
-    def describe(self) -> dict[str, Any]:
-        """The wrapped iterator's description (saved beside the state by
-        :class:`grainpack.CheckpointSave`)."""
-        return self._iterator.describe()
 
     def close(self) -> None:
         """Stops the thread, drops the batches in flight and closes the wrapped iterator."""
@@ -273,14 +269,13 @@ class DevicePrefetch(grain.DatasetIterator):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _shutdown(self, *, rewind: bool = True) -> None:
-        """Stops the thread, drops the batches in flight and (``rewind``) sets the wrapped
-        iterator back to the step the consumer is at, where a restart continues."""
+    def _shutdown(self) -> None:
+        """Stops the thread, drops the batches in flight and sets the wrapped iterator back
+        to the step the consumer is at, where a restart continues."""
         if self._thread is None:
             return
         self._stop.set()
         self._thread.join()
-        state = self._consumed() if rewind else None
+        state = self._consumed()
         self._thread = self._queue = self._consumed = None
-        if rewind:
-            self._iterator.set_state(state)
+        self._iterator.set_state(state)

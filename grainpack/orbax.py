@@ -75,6 +75,15 @@ def _saved_description(directory: epath.Path, state_file: str) -> dict[str, Any]
     return saved if isinstance(saved, dict) else None
 
 
+def _described(item: Any) -> Any:
+    """``item``, or the iterator it wraps (Grain's parent, as in ``make_dataset(...).map(f)``
+    or :func:`grainpack.prefetch_to_device`), that has a ``describe`` method; None if none."""
+    while item is not None and not hasattr(item, "describe"):
+        parents = getattr(item, "_parents", ())
+        item = parents[0] if len(parents) == 1 else None
+    return item
+
+
 class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
     """Grain's Orbax handler whose restore also accepts another process count.
 
@@ -89,18 +98,30 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
         (:meth:`~grainpack.PipelineIterator.describe`), for iterators that describe it."""
         item = item or args.item
         super().save(directory, item=item)
-        describe = getattr(item, "describe", None)
-        if describe is not None:
+        described = _described(item)
+        if described is not None:
             index, count = process_index_and_count()
-            text = json.dumps(describe(), indent=1, sort_keys=True)
+            text = json.dumps(described.describe(), indent=1, sort_keys=True)
             (epath.Path(directory) / f"pipeline_{index}-of-{count}.json").write_text(text)
 
     def restore(self, directory: epath.Path, item: Any = None, args: Any = None) -> Any:
         item = item or args.item
         index, count = process_index_and_count()
         path = saved_state_file(directory, index, count)
-        text = path.read_text()
-        state = json.loads(text) if isinstance(item, grain.DatasetIterator) else text.encode()
+        try:
+            text = path.read_text()
+            state = json.loads(text) if isinstance(item, grain.DatasetIterator) else text.encode()
+        except OSError as err:
+            raise ValueError(
+                f"{path}: cannot read the data iterator's state ({err}); expected a readable "
+                "file written by grainpack.CheckpointSave: check the path and its permissions"
+            ) from err
+        except ValueError as err:  # JSON and UTF-8 decoding
+            raise ValueError(
+                f"{path}: the data iterator's state is damaged ({type(err).__name__}: {err}); "
+                "expected the JSON written by grainpack.CheckpointSave: restore an earlier "
+                "checkpoint step"
+            ) from err
         if path.name != f"process_{index}-of-{count}.json" and not is_pipeline_state(state):
             raise ValueError(
                 f"{directory} was saved by another number of processes than {count} (found "
@@ -112,9 +133,10 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
             item.set_state(state)
         except ConfigMismatchError as err:
             saved = _saved_description(epath.Path(directory), path.name)
-            if saved is None or not hasattr(item, "describe"):
+            described = _described(item)
+            if saved is None or described is None:
                 raise
-            changes = describe_changes(saved, item.describe())
+            changes = describe_changes(saved, described.describe())
             raise ConfigMismatchError(f"{err} What changed: {changes}.") from None
         if hasattr(item, "start_prefetch"):
             item.start_prefetch()

@@ -313,6 +313,23 @@ def test_prefetch_checkpoint_with_batches_in_flight_resumes_at_the_consumed_step
     assert prefetch_threads() == []
 
 
+def test_prefetch_keeps_the_consumed_step_when_a_state_is_refused(tmp_path):
+    _, full = compact_and_full(tmp_path)
+    expected = list(itertools.islice(gp.make_dataset(full, process_index=0, process_count=1), 5))
+    other = dataclasses.replace(full, seed=full.seed + 1)
+    foreign = iter(gp.make_dataset(other, process_index=0, process_count=1)).state_after(2)
+    inner = iter(gp.make_dataset(full, process_index=0, process_count=1))
+    with gp.prefetch_to_device(inner, single_device_mesh(), size=2) as batches:
+        for step in range(3):
+            assert_same_arrays(next(batches), expected[step], f"step {step}")
+        wait_until(lambda: inner.step == 3 + 2 + 1)
+        with pytest.raises(ValueError, match="another pipeline config"):
+            batches.set_state(foreign)
+        assert batches.get_state()["step"] == 3  # the batches in flight are not skipped
+        for step in range(3, 5):
+            assert_same_arrays(next(batches), expected[step], f"step {step}")
+
+
 def test_prefetch_close_stops_the_thread_and_rewinds_to_the_consumed_step(tmp_path):
     _, full = compact_and_full(tmp_path)
     expected = list(itertools.islice(gp.make_dataset(full, process_index=0, process_count=1), 6))

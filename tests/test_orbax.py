@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import grain
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -149,6 +150,44 @@ def test_wrapped_dataset_iterator_round_trips(config, tmp_path):
     restore(tmp_path / "ckpt", 2, fresh)
     for a, b in zip(take(fresh, 3), expected):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_wrapped_iterator_saves_its_description_and_names_changes(config, tmp_path):
+    # make_dataset(...).map(f), also under prefetch_to_device: the description is the
+    # pipeline's, and a refused restore says what changed.
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+    for k, wrap in enumerate((lambda it: it, lambda it: gp.prefetch_to_device(it, mesh))):
+        ds = gp.make_dataset(config, process_index=0, process_count=1)
+        it = wrap(iter(ds.map(lambda b: {"inputs": b["inputs"]})))
+        take(it, 2)
+        save(tmp_path / f"ckpt{k}", 2, it)
+        assert (tmp_path / f"ckpt{k}" / "2" / "data" / "pipeline_0-of-1.json").exists()
+        other = dataclasses.replace(config, seed=config.seed + 1)
+        ds = gp.make_dataset(other, process_index=0, process_count=1)
+        fresh = wrap(iter(ds.map(lambda b: {"inputs": b["inputs"]})))
+        with pytest.raises(ValueError, match="What changed: seed: 5 -> 6"):
+            restore(tmp_path / f"ckpt{k}", 2, fresh)
+        if k:
+            it.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda f: f.write_text(f.read_text()[:20]), "state is damaged .JSONDecodeError"),
+        (lambda f: f.write_bytes(b"\xff\xfe"), "state is damaged .UnicodeDecodeError"),
+        (lambda f: (f.unlink(), f.mkdir()), "cannot read the data iterator's state"),
+    ],
+    ids=["truncated", "binary", "directory"],
+)
+def test_a_damaged_state_file_is_named(config, tmp_path, damage, message):
+    it = iter(gp.make_dataset(config, process_index=0, process_count=1))
+    take(it, 2)
+    save(tmp_path / "ckpt", 2, it)
+    damage(tmp_path / "ckpt" / "2" / "data" / "process_0-of-1.json")
+    fresh = iter(gp.make_dataset(config, process_index=0, process_count=1))
+    with pytest.raises(ValueError, match=f"process_0-of-1.json: .*{message}"):
+        restore(tmp_path / "ckpt", 2, fresh)
 
 
 @pytest.mark.parametrize(
