@@ -20,8 +20,10 @@ import pytest
 import zstandard
 
 import grainpack as gp
+from grainpack.corpus import build
 from grainpack.corpus.build import build_corpus, merge_corpora, plan_build
 from grainpack.corpus.tokenizers import load_tokenizer
+from grainpack.corpus.transaction import write_lock
 from grainpack.corpus.verify import describe_corpus
 from grainpack.demo import documents
 
@@ -170,6 +172,39 @@ def test_a_failed_rebuild_keeps_the_old_corpus(tmp_path):
         "summary-00000.bin",
         "tokens-00000.bin",
     ]
+
+
+def test_a_corpus_written_at_out_during_a_build_is_not_replaced(tmp_path, monkeypatch):
+    good = write_input(tmp_path / "good.jsonl", TEXTS[:20])
+    out = tmp_path / "out"
+    original = build.build_part
+
+    def part_then_someone_writes(*args, **kwargs):
+        if not out.exists():
+            gp.write_corpus(out, [[1, 2, 3]])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(build, "build_part", part_then_someone_writes)
+    with pytest.raises(gp.CorpusExistsError, match="already holds a corpus"):
+        build_corpus(good, out, tokenizer="bytes", workers=1)
+    assert [d.tolist() for d in gp.open_corpus(out)] == [[1, 2, 3]]
+
+
+def test_one_build_of_an_output_at_a_time(tmp_path):
+    good = write_input(tmp_path / "good.jsonl", TEXTS[:20])
+    out = tmp_path / "out"
+    stage = build.parts_folder(out)
+    stage.mkdir()
+    (stage / "plan.json").write_text('{"key": "another build"}')
+    lock = write_lock(stage)  # as a running build holds it
+    try:
+        with pytest.raises(gp.CorpusExistsError, match=f"another build of {out} is in progress"):
+            build_corpus(good, out, tokenizer="bytes", workers=1)
+        assert (stage / "plan.json").read_text() == '{"key": "another build"}'  # untouched
+    finally:
+        lock.release()
+    assert len(build_corpus(good, out, tokenizer="bytes", workers=1)) == 20
+    assert not stage.exists()
 
 
 @pytest.mark.slow

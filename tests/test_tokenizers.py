@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from grainpack.corpus import tokenizers as tk
-from grainpack.corpus.tokenizers import ByteTokenizer, load_tokenizer
+from grainpack.corpus.tokenizers import ByteTokenizer, TiktokenTokenizer, load_tokenizer
 from grainpack.demo import documents
 
 TEXTS = [*documents("en")[:40], "", "naïve café ☕ <|endoftext|>", "  two  spaces\n\nand lines"]
@@ -122,3 +122,15 @@ def test_known_tiktoken_files_get_their_pattern_and_special_tokens(tokenizer_fil
     ids = tokenizer.encode_batch(["a <|endoftext|>"])[0]
     assert 399 not in ids  # text is data: the special token is not produced from text
     assert np.all(np.asarray(ids) < 399)
+
+
+def test_tiktoken_patterns_by_name_and_refused_ones(tokenizer_files):
+    path = tokenizer_files["tiktoken"]
+    text = ["It's 12345 apples!\n"]
+    r50k = TiktokenTokenizer(path, pattern="r50k_base").encode_batch(text)
+    assert TiktokenTokenizer(path, pattern="p50k_base").encode_batch(text) == r50k
+    with pytest.raises(ValueError, match="unknown tiktoken encoding name 'cl100k'"):
+        TiktokenTokenizer(path, pattern="cl100k")
+    # a regex that leaves text unmatched would silently drop it: refused when loaded
+    with pytest.raises(ValueError, match=r"split pattern '\[a-z\]\+' does not cover all text"):
+        TiktokenTokenizer(path, pattern="[a-z]+").encode_batch(text)

@@ -40,7 +40,7 @@ from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, shard_totals
 from grainpack.corpus.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
 from grainpack.corpus.tokenizers import Tokenizer, load_tokenizer
-from grainpack.corpus.transaction import Transaction
+from grainpack.corpus.transaction import Transaction, write_lock
 from grainpack.corpus.writer import CorpusWriter
 
 __all__ = ["BuildPlan", "build_corpus", "build_part", "merge_corpora", "plan_build"]
@@ -261,11 +261,31 @@ def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list
             "to replace it"
         )
     stage = parts_folder(out)
+    created = [p for p in (stage, *stage.parents) if not p.exists()]  # removed on failure
+    stage.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = write_lock(stage)  # one build of OUT at a time: the parts folder is its own
+    except CorpusExistsError as err:
+        raise CorpusExistsError(f"another build of {out} is in progress: {err}") from None
+    try:
+        yield from _staged(stage, plan)
+    except BaseException as err:
+        lock.release()  # its file is in the folders to remove
+        if not isinstance(err, KeyboardInterrupt):  # an interrupted build may be resumed
+            for folder in created[1:]:  # the folders made for OUT, if still empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        raise
+    finally:
+        lock.release()
+
+
+def _staged(stage: Path, plan: BuildPlan) -> Iterator[list[Path]]:
+    """The body of :func:`staging`, under the lock of ``stage``."""
     plan_file = stage / "plan.json"
     if stage.exists() and _staged_key(plan_file) != plan.key:
         shutil.rmtree(stage)  # parts of another input, tokenizer or options
-    created = [p for p in (stage, *stage.parents) if not p.exists()]  # removed on failure
-    stage.mkdir(parents=True, exist_ok=True)
+    stage.mkdir(exist_ok=True)
     if not plan_file.exists():
         described = [[describe_slice(s) for s in part] for part in plan.parts]
         tmp = stage / "plan.json.tmp"
@@ -276,11 +296,8 @@ def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list
     try:
         yield todo
     except BaseException as err:
-        if not isinstance(err, KeyboardInterrupt):  # an interrupted build may be resumed
+        if not isinstance(err, KeyboardInterrupt):
             shutil.rmtree(stage, ignore_errors=True)
-            for folder in created[1:]:  # the folders made for OUT, if still empty
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
         raise
     shutil.rmtree(stage, ignore_errors=True)
 
@@ -303,15 +320,17 @@ def parts_folder(out: PathLike) -> Path:
     return out.parent / f".{out.name}.parts"
 
 
-def finish(out: PathLike, plan: BuildPlan) -> TokenShardSource:
-    """Merges the complete parts of ``plan`` into ``out``; refuses an input without documents."""
+def finish(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> TokenShardSource:
+    """Merges the complete parts of ``plan`` into ``out`` (replacing a corpus there only if
+    ``overwrite``: one may have appeared since the build started); refuses an input without
+    documents."""
     parts = part_paths(out, plan)
     if sum(read_manifest(p)["num_documents"] for p in parts) == 0:
         raise ValueError(
             "the input holds no documents (empty files, blank lines or empty row groups); "
             "nothing was written"
         )
-    return merge_corpora(parts, out, overwrite=True)
+    return merge_corpora(parts, out, overwrite=overwrite)
 
 
 def build_corpus(
@@ -394,7 +413,7 @@ def build_corpus(
                 _run_processes(plan, todo, min(workers, len(todo)), bar)
         finally:
             bar.close()
-        return finish(out, plan)
+        return finish(out, plan, overwrite=overwrite)
 
 
 def part_index(path: Path) -> int:

@@ -108,4 +108,4 @@ def build_corpus_ray(
             bar.close()
             if started:
                 ray.shutdown()
-        return finish(out, plan)
+        return finish(out, plan, overwrite=overwrite)

@@ -14,6 +14,7 @@ import base64
 import copy
 import hashlib
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -51,7 +52,14 @@ _O200K = "|".join(
     ]
 )
 # tiktoken's published encodings: (split pattern, special tokens), found by the file's sha256.
-TIKTOKEN_PATTERNS = {"r50k_base": _R50K, "cl100k_base": _CL100K, "o200k_base": _O200K}
+TIKTOKEN_PATTERNS = {
+    "r50k_base": _R50K,
+    "p50k_base": _R50K,  # p50k_base splits as r50k_base (tiktoken_ext.openai_public)
+    "cl100k_base": _CL100K,
+    "o200k_base": _O200K,
+}
+# Text a split pattern must cover: tiktoken silently drops what no match covers.
+_PATTERN_PROBE = "Hello, world! 123 4567\n\tIt's x=1; é ü ß 中文 العربية 🙂  end.\r\n"
 _GPT2_SPECIAL = {"<|endoftext|>": 50256}
 _TIKTOKEN_FILES = {
     "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930": (
@@ -262,6 +270,11 @@ class TiktokenTokenizer(Tokenizer):
         super().__init__(path, threads=threads)
         known, self.special_tokens = _TIKTOKEN_FILES.get(self.sha256, (None, {}))
         self.pattern = pattern or known or "cl100k_base"
+        if re.fullmatch(r"\w+", self.pattern) and self.pattern not in TIKTOKEN_PATTERNS:
+            raise ValueError(
+                f"unknown tiktoken encoding name {self.pattern!r}: expected one of "
+                f"{sorted(TIKTOKEN_PATTERNS)} or a split regex"
+            )
 
     def _options(self) -> dict[str, Any]:
         return {"pattern": self.pattern}
@@ -275,12 +288,20 @@ class TiktokenTokenizer(Tokenizer):
                 ranks[base64.b64decode(token, validate=True)] = int(rank)
         if not ranks:
             raise ValueError("no ranks in the file")
-        return tiktoken.Encoding(
+        encoding = tiktoken.Encoding(
             name=f"grainpack-{self.sha256[:12]}",
             pat_str=TIKTOKEN_PATTERNS.get(self.pattern, self.pattern),
             mergeable_ranks=ranks,
             special_tokens=self.special_tokens,
         )
+        if encoding.decode(encoding.encode_ordinary(_PATTERN_PROBE)) != _PATTERN_PROBE:
+            raise ValueError(
+                f"the split pattern {self.pattern!r} does not cover all text (tiktoken would "
+                f"drop what it does not match, e.g. in {_PATTERN_PROBE!r}); give an encoding "
+                f"name ({', '.join(sorted(TIKTOKEN_PATTERNS))}) or a regex that matches every "
+                "character"
+            )
+        return encoding
 
     @property
     def vocab_size(self) -> int:

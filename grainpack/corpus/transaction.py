@@ -39,7 +39,7 @@ from typing import Any
 from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
 from grainpack.corpus.native import MANIFEST_NAME, SHARD_FILE, PathLike
 
-__all__ = ["Transaction"]
+__all__ = ["Transaction", "write_lock"]
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
@@ -114,6 +114,16 @@ class _Lock:
             self.path.unlink(missing_ok=True)
             os.close(self.fd)
             self.fd = None
+
+
+def write_lock(path: PathLike) -> _Lock:
+    """The exclusive lock writers of ``path`` take (``DIR/.NAME.lock``; its parent must
+    exist); ``.release()`` it when done. A build holds one on its parts folder.
+
+    Raises:
+        CorpusExistsError: another process holds it (the message names that process).
+    """
+    return _Lock(_target(Path(path)))
 
 
 def _leftovers(target: Path, kind: str) -> list[Path]:
