@@ -74,10 +74,11 @@ def test_convert_jsonl_reads_field_skips_blank_lines_and_gzip(tmp_path):
         ('{"input_ids": "1 2"}\n', r"bad\.jsonl:1: expected a list of ids, or an object"),
         ('{"input_ids": [1.5]}\n', r"bad\.jsonl:1: document 0: expected integer token ids"),
         ('\n{"input_ids": [-3]}\n', r"bad\.jsonl:2: document 0: token id -3"),
+        ('{"input_ids": [1]}\n{"input_ids": [2], "n": "\xff"}\n', r"bad\.jsonl:2: not UTF-8"),
     ],
 )
 def test_convert_jsonl_bad_line_names_file_and_line(tmp_path, text, match):
-    (tmp_path / "bad.jsonl").write_text(text)
+    (tmp_path / "bad.jsonl").write_bytes(text.encode("latin-1"))
     with pytest.raises(ValueError, match=match):
         convert_jsonl(tmp_path / "bad.jsonl", tmp_path / "out")
     assert not (tmp_path / "out" / "manifest.json").exists()

@@ -97,6 +97,21 @@ def test_parquet_errors(tmp_path):
         find_inputs(tmp_path / "b.parquet")
 
 
+def test_corrupt_parquet_pages_are_errors_not_other_text(tmp_path):
+    path = tmp_path / "a.parquet"
+    texts = [f"row {i}" for i in range(100)]
+    pq.write_table(pa.table({"text": texts}), path, write_page_checksum=True, compression="none")
+    (file,) = find_inputs(path)
+    assert list(read_documents(TextSlice(file, 0, 1))) == texts
+    data = bytearray(path.read_bytes())
+    at = data.index(b"row 42")
+    data[at + 5] ^= 1  # "row 42" -> "row 43"
+    path.write_bytes(bytes(data))
+    (file,) = find_inputs(path)
+    with pytest.raises(ValueError, match=r"a\.parquet: corrupt or unreadable Parquet data .*CRC"):
+        list(read_documents(TextSlice(file, 0, 1)))
+
+
 def test_plan_is_a_pure_function_of_sizes():
     def file(name, size):
         return InputFile(name, "jsonl", None, size, 0)
@@ -143,6 +158,7 @@ def test_jsonl_errors_name_the_file_and_byte(tmp_path):
         ('{"text": "ok"}\n{"text": 3}\n', r"\(found 'text' = int\)"),
         ('{"text": "ok"}\n[1, 2]\n', r"\(found list\)"),
         ('{"text": "ok"}\n{"text": \n', "invalid JSON in the line at byte 15"),
+        ('{"text": "ok"}\n{"text": "a\\ud800"}\n', r"byte 15 holds a lone surrogate \('\\ud800'"),
     ]
     for content, message in cases:
         path.write_text(content)

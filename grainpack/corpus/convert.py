@@ -193,6 +193,11 @@ def convert_jsonl(
                     continue
                 try:
                     record = json.loads(line)
+                except UnicodeDecodeError as err:
+                    raise ValueError(
+                        f"{path}:{lineno}: not UTF-8 text at byte {err.start} of the line "
+                        f"({err.reason}); convert the file to UTF-8"
+                    ) from None
                 except json.JSONDecodeError as err:
                     raise ValueError(
                         f"{path}:{lineno}: invalid JSON ({err.msg}); each line must "

@@ -332,6 +332,15 @@ def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
                 f"{path}: the line at byte {position} has no text in {field=} (found "
                 f"{found}); pass the name of the text field"
             )
+        if b"\\u" in line:  # a JSON escape may make a lone surrogate, which is not text
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise ValueError(
+                    f"{path}: the line at byte {position} holds a lone surrogate "
+                    f"({text[err.start : err.end]!r}, from a \\u escape) in {field!r}, "
+                    "which is not text; fix or drop that record"
+                ) from None
         yield text
 
 
@@ -355,12 +364,24 @@ def _text_documents(piece: TextSlice, lines: bool) -> Iterator[str]:
 
 
 def _parquet_documents(piece: TextSlice, field: str) -> Iterator[str]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows = sum(n for n, _ in piece.file.row_groups[: piece.start])
     groups = list(range(piece.start, piece.stop))
-    with pq.ParquetFile(piece.file.path) as f:
-        for batch in f.iter_batches(_PARQUET_ROWS, row_groups=groups, columns=[field]):
+    # Pages written with checksums are checked: a flipped byte is an error, not other text.
+    with pq.ParquetFile(piece.file.path, page_checksum_verification=True) as f:
+        batches = f.iter_batches(_PARQUET_ROWS, row_groups=groups, columns=[field])
+        while True:
+            try:
+                batch = next(batches, None)
+            except (OSError, pa.ArrowException) as err:  # decompression, decoding, checksums
+                raise ValueError(
+                    f"{piece.file.path}: corrupt or unreadable Parquet data after row {rows} "
+                    f"(row groups {piece.start}-{piece.stop - 1}): {err}"
+                ) from err
+            if batch is None:
+                return
             texts = batch.column(0).to_pylist()
             if None in texts:
                 raise ValueError(
