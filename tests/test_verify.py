@@ -164,3 +164,12 @@ def test_verify_corpus_checks_the_stream_digest_and_max_token_id(tmp_path):
     _edit(path, max_token_id=None)
     with pytest.raises(CorpusError, match="max_token_id=None but the largest token id is 11"):
         verify_corpus(path)
+
+
+def test_verify_corpus_checks_the_block_totals_against_the_offsets(tmp_path):
+    path = tmp_path / "c"
+    write_corpus(path, [[1] * (n % 7) for n in range(600)])  # blocks of 256: 256, 256, 88
+    assert "shard offsets" in verify_corpus(path).checks
+    _edit(path, summary_block_docs=257)  # as many blocks, other totals
+    with pytest.raises(CorpusError, match=r"summary-00000.bin: its block totals .*=257"):
+        verify_corpus(path)

@@ -21,6 +21,7 @@ from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import MANIFEST_NAME, content_digest, read_manifest
 from grainpack.corpus.shards import check_offsets
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.summary import shard_totals
 
 __all__ = ["CorpusError", "VerifyReport", "describe_corpus", "verify_corpus"]
 
@@ -117,15 +118,24 @@ def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> tuple
     m = read_manifest(path)
     dtype = np.dtype(m["dtype"]).newbyteorder("<")
     high: int | None = None
-    position = 0
+    position = documents = 0
     stream, offsets_hash = hashlib.sha256(), hashlib.sha256(struct.pack("<q", 0))
     for s in m["shards"]:
         tokens_file, offsets_file = path / s["tokens_file"], path / s["offsets_file"]
         raw = _checked_bytes(offsets_file, s["offsets_sha256"])
-        if "summary_file" in s:  # per-block document totals (format version 2)
-            _checked_bytes(path / s["summary_file"], s["summary_sha256"])
         local = np.frombuffer(raw, "<i8")
         check_offsets(local, s["num_tokens"], str(offsets_file))
+        if "summary_file" in s:  # per-block document totals (format version 2)
+            summary = path / s["summary_file"]
+            stored = np.frombuffer(_checked_bytes(summary, s["summary_sha256"]), "<i8")
+            totals = shard_totals(np.diff(local), documents, m["summary_block_docs"])
+            if not np.array_equal(stored, totals):
+                raise CorpusError(
+                    f"{summary}: its block totals are not those of the shard's documents in "
+                    f"blocks of summary_block_docs={m['summary_block_docs']} ({MANIFEST_NAME}); "
+                    "rebuild the corpus"
+                )
+        documents += len(local) - 1
         offsets_hash.update((local[1:] + position).astype("<i8").tobytes())
         digest, bad_id = hashlib.sha256(), None
         try:
