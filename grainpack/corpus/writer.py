@@ -108,6 +108,12 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
         )
     if arr.size == 0:
         return arr
+    if arr.dtype == object and all(is_int(t) for t in arr):  # ints beyond 64 bits
+        pos = next(i for i, t in enumerate(arr) if not 0 <= t <= dmax)
+        raise ValueError(
+            f"document {index}: token id {arr[pos]} at position {pos} does not fit any token "
+            f"dtype (max {dmax}); check the tokenizer output"
+        )
     if arr.dtype.kind not in "iu":
         raise TypeError(
             f"document {index}: expected integer token ids, found dtype "
