@@ -134,6 +134,12 @@ def test_window_shares_match_counts(paths):
     sources = np.concatenate([next(it)["source"] for _ in range(50)])
     shares = gp.window_shares(cfg, 20, 50)
     assert shares["small"] == np.mean(sources[80:] == 1)
+    assert gp.window_shares(cfg, np.int64(20), np.int64(50)) == shares
+    assert gp.mixture_accounting(cfg, np.int64(3)) == gp.mixture_accounting(cfg, 3)
+    with pytest.raises(ValueError, match="stop_step must be >= 50, got stop_step=20"):
+        gp.window_shares(cfg, 50, 20)
+    with pytest.raises(TypeError, match="step must be an int"):
+        gp.mixture_accounting(cfg, 3.0)
 
 
 # -- schedules ------------------------------------------------------------------------------

@@ -107,6 +107,11 @@ def test_stages_with_unchanged_weights_merge_into_fixed_weights():
             ValueError,
             "ramp of 10 steps runs past the next stage's start",
         ),
+        (  # a numpy start is an int too
+            [(0, (1.0, 0.0)), (7, (0.5, 0.5), 10), (np.int64(12), (0.0, 1.0))],
+            ValueError,
+            "ramp of 10 steps runs past the next stage's start",
+        ),
         ([(0, (0.6, 0.6))], ValueError, r"stage 0 \(start 0\): probs must sum to 1"),
         ([(0, (1.0, 0.0)), (4, (-0.5, 1.5))], ValueError, r"stage 1 \(start 4\).*>= 0"),
         ([(0, "ab")], TypeError, "weights must be a sequence of probabilities"),

@@ -276,6 +276,13 @@ def test_pipeline_binds_per_source_selectors(corpus, tmp_path):
     assert seen[1] == {0, 1, 2, 3}  # not filtered, although it has 16..63 token documents
 
 
+def test_per_source_keys_must_be_sources(corpus):
+    _, path = corpus
+    sel = PerSource({"C": LengthBuckets(edges=EDGES, rates=(1.0, 0.0, 1.0))})
+    with pytest.raises(ValueError, match=r"PerSource names \['C'\], which are not sources"):
+        gp.PipelineConfig(sources={"c": path}, block=32, global_batch_size=8, sequence_selector=sel)
+
+
 def test_selector_built_on_another_corpus_is_a_clear_error(corpus):
     src, _ = corpus
     sel = LengthBuckets(edges=EDGES, rates=(1.0, 1.0, 1.0), corpus=src)

@@ -493,6 +493,16 @@ class PerSource:
     def components(self) -> tuple[object, ...]:
         return tuple(s for s in self.selectors.values() if s is not None)
 
+    def check_sources(self, names: Sequence[str]) -> None:
+        """Raises ``ValueError`` if a key is not one of the pipeline's source ``names`` (a
+        misspelled key would leave its source unfiltered without a word)."""
+        unknown = [k for k in self.selectors if k not in names]
+        if unknown:
+            raise ValueError(
+                f"PerSource names {unknown}, which are not sources of this pipeline "
+                f"{list(names)}; key each selector by a source name"
+            )
+
     def bind(self, name: str, corpus: HasLengths) -> SequenceSelector | None:
         """The selector of source ``name`` (bound to ``corpus``), or ``None``."""
         return bind_selector(self.selectors.get(name), name, corpus)

@@ -19,6 +19,7 @@ Pure: numpy and the standard library only.
 from __future__ import annotations
 
 import bisect
+import numbers
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -196,7 +197,7 @@ class MixtureSchedule:
                     )
             following = stages[k + 1] if k + 1 < len(stages) else None
             end = _start_of(following) if following is not None else None
-            if stage.ramp and isinstance(end, int) and stage.start + stage.ramp > end:
+            if stage.ramp and isinstance(end, numbers.Integral) and stage.start + stage.ramp > end:
                 raise ValueError(
                     f"{where}: its ramp of {stage.ramp} steps runs past the next stage's start "
                     f"(step {end}); shorten the ramp or move the next stage"

@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 
+from grainpack.index.checks import check_int
 from grainpack.index.schedule import MixtureSchedule, mean_probabilities
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
@@ -92,8 +93,7 @@ def mixture_accounting(
       >>> acc.rows, acc.real_tokens, acc.epoch, acc.epoch_fraction
       (6, 28, 1, 0.5)
     """
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be an int >= 0; got {step!r}")
+    step = check_int("step", step)
     batches = _batches(config)
     batches.check_step(step)  # refuses a step whose accounting would run for hours
     cfg = batches.config
@@ -125,6 +125,8 @@ def window_shares(
 ) -> dict[str, float]:
     """Realized share of rows per source over global steps ``[start_step, stop_step)``
     (exact counts of the slot hash under each step's weights)."""
+    start_step = check_int("start_step", start_step)
+    stop_step = check_int("stop_step", stop_step, minimum=start_step)
     batches = _batches(config)
     size = batches.config.global_batch_size
     counts = batches.mixer.counts_between(start_step * size, stop_step * size)

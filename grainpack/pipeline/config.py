@@ -135,6 +135,8 @@ class PipelineConfig:
                 "sequence_selector must be callable (order, seed, epoch) -> order or bind to "
                 f"sources (gp.PerSource); got {selector!r}"
             )
+        if hasattr(selector, "check_sources"):  # gp.PerSource: its keys are source names
+            selector.check_sources(list(self.sources))
         if self.weights is not None and self.premiums is not None:
             raise ValueError("give either weights (token mode) or premiums (content mode)")
         for field in ("weights", "premiums"):
