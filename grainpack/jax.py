@@ -65,6 +65,18 @@ def process_index_and_count(
       >>> process_index_and_count(1, 4)
       (1, 4)
     """
+    if (process_index is None) != (process_count is None):  # one given, one from JAX
+        given, value, ours = (
+            ("process_count", process_count, jax.process_count())
+            if process_index is None
+            else ("process_index", process_index, jax.process_index())
+        )
+        if value != ours:
+            raise ValueError(
+                f"{given}={value!r} was given alone, but JAX says this is process "
+                f"{jax.process_index()} of {jax.process_count()}: pass both process_index and "
+                "process_count, or neither"
+            )
     if process_index is None or process_count is None:
         process_index = jax.process_index() if process_index is None else process_index
         process_count = jax.process_count() if process_count is None else process_count

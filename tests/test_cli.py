@@ -216,7 +216,7 @@ def test_build_text_inspect_and_merge(tmp_path, capsys):
         (["--lines"], "--lines need --tokenizer"),  # text options without a tokenizer
         (["--tokenizer", "bytes", "--eos-id", "3"], "use --eos ID|TOKEN"),
         (["--tokenizer", "vocab.txt"], "expected 'bytes', a tokenizer.json"),
-        (["--tokenizer", "bytes", "--field", "body"], "no text in field='body'"),
+        (["--tokenizer", "bytes", "--field", "body"], "no text in --field 'body'"),
     ],
 )
 def test_build_text_errors_exit_1(tmp_path, capsys, extra, message):
@@ -224,6 +224,31 @@ def test_build_text_errors_exit_1(tmp_path, capsys, extra, message):
     assert main(["build", str(tmp_path / "a.jsonl"), "-o", str(tmp_path / "o"), *extra]) == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_interrupted_build_says_what_it_kept_and_resumes(tmp_path, capsys, monkeypatch):
+    from grainpack.corpus import build
+
+    (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(300)))
+    argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--workers", "1"]
+    argv += ["--part-bytes", "1000", "-o", str(tmp_path / "o")]
+    original, calls = build.build_part, []
+
+    def part_then_ctrl_c(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(build, "build_part", part_then_ctrl_c)
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "grainpack build: interrupted; 2 complete part(s) are kept in" in err
+    assert "Traceback" not in err and not (tmp_path / "o").exists()
+    assert main(argv) == 0  # resumes: only the other parts are built
+    parts = build.plan_build(tmp_path / "a.jsonl", tokenizer="bytes", part_bytes=1000).parts
+    assert len(parts) > 3 and len(calls) == 3 + len(parts) - 2
+    assert [d.tolist() for d in gp.open_corpus(tmp_path / "o")][299] == list(b"doc 299")
 
 
 def test_build_plain_text_needs_a_tokenizer(tmp_path, capsys):

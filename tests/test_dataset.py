@@ -219,6 +219,20 @@ def test_batch_size_must_divide_by_process_count(two_sources):
         gp.make_dataset(cfg, process_index=0, process_count=4)
 
 
+def test_make_dataset_arguments_are_checked(two_sources):
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4)
+    with pytest.raises(TypeError, match="expected a gp.PipelineConfig, got {'en'"):
+        gp.make_dataset(paths)
+    # one of the two given, the other from JAX (one process here): they must agree
+    with pytest.raises(ValueError, match="process_count=2 was given alone, but JAX says"):
+        gp.make_dataset(cfg, process_count=2)
+    assert len(next(iter(gp.make_dataset(cfg, process_count=1)))["inputs"]) == 4
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    with pytest.raises(TypeError, match=r"parse saved JSON first: set_state\(json.loads"):
+        it.set_state(json.dumps(it.get_state()))
+
+
 def test_state_is_json_of_ints_and_resumes_exactly(two_sources):
     paths, _ = two_sources
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=9)

@@ -95,6 +95,9 @@ def test_open_corpus_not_a_corpus(tmp_path):
     (tmp_path / "tokens-00000.bin").write_bytes(b"")
     with pytest.raises(CorpusError, match="no manifest: the write was interrupted"):
         open_corpus(tmp_path)
+    write_corpus(tmp_path / "c", [[1, 2]])
+    with pytest.raises(CorpusError, match=r"manifest.json is a file of the corpus: open its fold"):
+        open_corpus(tmp_path / "c" / "manifest.json")
 
 
 def _edit_manifest(path: Path, **changes) -> None:

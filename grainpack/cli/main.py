@@ -131,9 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     text.add_argument(
         "--eos", metavar="ID|TOKEN", help="append this end-of-document id or token to each"
     )
-    text.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     text.add_argument(
-        "--part-bytes", type=int, help="input bytes per part (default: 1/256 of the input)"
+        "--workers", type=_positive, default=None, help="processes (default: all cores)"
+    )
+    text.add_argument(
+        "--part-bytes", type=_positive, help="input bytes per part (default: 1/256 of the input)"
     )
     text.add_argument("--ray", action="store_true", help="build the parts with Ray Data tasks")
     text.add_argument("--ray-address", help="Ray cluster to use (default: RAY_ADDRESS or local)")
@@ -402,6 +404,11 @@ def _build(args: argparse.Namespace) -> None:
         )
 
 
+def _built(args: argparse.Namespace) -> str:
+    """How a build names what it wrote (with --shuffle: a staging copy, shuffled next)."""
+    return "tokenized, to shuffle next" if args.shuffle is not None else f"wrote {args.output}"
+
+
 def _build_text(args: argparse.Namespace) -> None:
     from grainpack.corpus.build import build_corpus
     from grainpack.corpus.distributed import build_corpus_ray
@@ -430,7 +437,7 @@ def _build_text(args: argparse.Namespace) -> None:
     else:
         src = build_corpus(args.inputs, args.output, workers=args.workers, **kwargs)
     print(
-        f"wrote {args.output}: {src.num_documents:,} documents, {src.num_tokens:,} tokens, "
+        f"{_built(args)}: {src.num_documents:,} documents, {src.num_tokens:,} tokens, "
         f"{src.dtype}, {len(src.shards)} shard(s), tokenizer {tokenizer!r}"
     )
 
@@ -475,8 +482,7 @@ def _build_ids(args: argparse.Namespace) -> None:
             f"directory; got {args.inputs} (text needs --tokenizer)"
         )
     print(
-        f"wrote {args.output}: {src.num_documents:,} documents, {src.num_tokens:,} tokens, "
-        f"{src.dtype}"
+        f"{_built(args)}: {src.num_documents:,} documents, {src.num_tokens:,} tokens, {src.dtype}"
     )
 
 
@@ -627,6 +633,8 @@ _FLAGS = (
     (re.compile(r"\bfield=<name>"), "--field NAME"),
     (re.compile(r"\buse dtype='(uint16|uint32)'"), r"use --dtype \1"),
     (re.compile(r"\bdrop vocab_size\b"), "drop --vocab-size"),
+    (re.compile(r"pass the name of the text field"), "pass the text field with --field NAME"),
+    (re.compile(r"pass the text column as field\b"), "pass the text column with --field NAME"),
 )
 
 
@@ -640,12 +648,14 @@ def _in_flags(message: str, flags: Mapping[str, str] | None = None) -> str:
       'corpus/ already holds a corpus; pass --overwrite to replace it'
       >>> _in_flags("got vocab_size=70001; drop vocab_size", {"vocab_size": "--vocab-size"})
       'got --vocab-size 70001; drop --vocab-size'
+      >>> _in_flags("no text in field='txt'", {"field": "--field"})
+      "no text in --field 'txt'"
     """
     for pattern, flag in _FLAGS:
         message = pattern.sub(flag, message)
     for name, flag in (flags or {}).items():
+        message = re.sub(rf"(?<![-\w.]){name}=", f"{flag} ", message)
         if "_" in name:  # plain words (seed, field, output) stay words
-            message = re.sub(rf"\b{name}=", f"{flag} ", message)
             message = re.sub(rf"(?<![-\w]){name}\b", flag, message)
     return message
 
@@ -658,6 +668,22 @@ def _flags_of(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
         for a in sub.choices[command]._actions
         if a.option_strings
     }
+
+
+def _kept(args: argparse.Namespace) -> str:
+    """What an interrupted command left to resume from (a build's complete parts)."""
+    if args.command != "build" or args.tokenizer is None:
+        return ""
+    from grainpack.corpus.build import parts_folder
+
+    parts = parts_folder(args.output)
+    done = len(list(parts.glob("part-*/manifest.json"))) if parts.is_dir() else 0
+    if not done:
+        return ""
+    return (
+        f"; {done} complete part(s) are kept in {parts}: the same command resumes from them "
+        "(delete that folder to drop them)"
+    )
 
 
 def _number(x: float) -> float | None:
@@ -717,6 +743,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print(f"\ngrainpack {args.command}: interrupted{_kept(args)}", file=sys.stderr)
+        return 130
     except (ValueError, TypeError, IndexError, OSError) as error:
         message = _in_flags(str(error), _flags_of(parser, args.command))
         print(f"grainpack {args.command}: error: {message}", file=sys.stderr)

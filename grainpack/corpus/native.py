@@ -238,6 +238,8 @@ def not_a_corpus(path: Path) -> str:
                 " It holds shard files but no manifest: the write was interrupted (by an "
                 "older grainpack); rewrite it."
             )
+        elif path.name in (MANIFEST_NAME, "index.json") and path.is_file():
+            hint = f" {path.name} is a file of the corpus: open its folder, {path.parent}."
         elif path.is_file() and path.name.endswith(_INPUT_SUFFIXES):
             hint = (
                 f" {path.name} is input for a corpus: build one with `grainpack build {path} "

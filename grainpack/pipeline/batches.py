@@ -101,6 +101,12 @@ class PipelineBatches:
     def __init__(
         self, config: PipelineConfig, *, process_count: int = 1, evaluation: str | None = None
     ) -> None:
+        if not isinstance(config, PipelineConfig):
+            raise TypeError(
+                f"expected a gp.PipelineConfig, got {config!r} of type {type(config).__name__}; "
+                "build one: gp.PipelineConfig(sources={name: path}, block=..., "
+                "global_batch_size=...)"
+            )
         if not isinstance(process_count, int) or process_count < 1:
             raise ValueError(f"process_count must be a positive int; got {process_count=}")
         if config.global_batch_size % process_count:

@@ -229,6 +229,11 @@ class PipelineIterator(grain.DatasetIterator):
             beyond any run, or the last batch before it, recomputed, differs from the one
             trained on.
         """
+        if isinstance(state, str | bytes):
+            raise TypeError(
+                f"set_state takes the dict get_state returned, got {type(state).__name__} "
+                f"{state[:60]!r}; parse saved JSON first: set_state(json.loads(text))"
+            )
         keys = set(state) if isinstance(state, Mapping) else None
         if keys not in (set(STATE_KEYS), set(COUNTED_STATE_KEYS)):
             raise ValueError(
