@@ -222,7 +222,7 @@ def test_batch_size_must_divide_by_process_count(two_sources):
 def test_make_dataset_arguments_are_checked(two_sources):
     paths, _ = two_sources
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4)
-    with pytest.raises(TypeError, match="expected a gp.PipelineConfig, got {'en'"):
+    with pytest.raises(TypeError, match=r"expected a gp\.PipelineConfig, got \{'en'"):
         gp.make_dataset(paths)
     # one of the two given, the other from JAX (one process here): they must agree
     with pytest.raises(ValueError, match="process_count=2 was given alone, but JAX says"):
