@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+import warnings
 
 import grain
 import numpy as np
@@ -626,3 +627,22 @@ def test_a_refused_restore_names_what_changed(tmp_path, change, message):
         assert str(refused.value).endswith("What changed: block: 8 -> 16.")  # only that
     state = it.get_state()
     assert all(type(v) is int for v in state.values())  # the state itself stays ints
+
+
+def test_warnings_for_doubled_boundaries_and_mixed_tokenizers(tmp_path, tokenizer_files):
+    from grainpack.corpus.build import build_corpus
+
+    (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(50)))
+    eos, plain, other = (str(tmp_path / name) for name in ("eos", "plain", "bpe"))
+    build_corpus(tmp_path / "a.jsonl", eos, tokenizer="bytes", eos=256, workers=1)
+    build_corpus(tmp_path / "a.jsonl", plain, tokenizer="bytes", workers=1)
+    build_corpus(tmp_path / "a.jsonl", other, tokenizer=tokenizer_files["tiktoken"], workers=1)
+    config = {"block": 8, "global_batch_size": 2}
+    with pytest.warns(UserWarning, match="built with eos 256 appended to every document"):
+        gp.make_dataset(gp.PipelineConfig(sources={"e": eos}, boundary_id=256, **config))
+    with pytest.warns(UserWarning, match=r"different tokenizers \('a': bytes , 'b': tiktoken"):
+        gp.make_dataset(gp.PipelineConfig(sources={"a": plain, "b": other}, **config))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one tokenizer, with or without eos: no warning
+        gp.make_dataset(gp.PipelineConfig(sources={"a": plain, "e": eos}, **config))
+        gp.make_dataset(gp.PipelineConfig(sources={"e": eos}, **config))

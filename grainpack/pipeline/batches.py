@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -128,6 +129,35 @@ class PipelineBatches:
         # (slot, per-source counts before it), known from a restored state: the mixer's count
         # cache starts there, in this process and in every worker it is pickled to.
         self.anchor: tuple[int, tuple[int, ...]] | None = None
+
+    def warn_about_sources(self) -> None:
+        """Warns (``UserWarning``) of sources recorded as tokenized by different tokenizers
+        (their ids mean different things) and of a ``boundary_id`` equal to the ``eos_id`` a
+        source's build already appended to every document (each would end with two)."""
+        cfg, seen = self.config, {}
+        for name, src in zip(cfg.sources, self.sources):
+            identity = src.tokenizer
+            if identity is None:
+                continue
+            seen[name] = {k: v for k, v in identity.items() if k not in ("file", "eos_appended")}
+            if identity.get("eos_appended") and cfg.boundary_id == src.eos_id:
+                warnings.warn(
+                    f"source {name!r} was built with eos {src.eos_id} appended to every "
+                    f"document, and boundary_id={cfg.boundary_id} adds another after each: "
+                    "documents end with two. Drop boundary_id (the corpus has its boundaries)",
+                    UserWarning,
+                    stacklevel=3,
+                )
+        if len({json.dumps(v, sort_keys=True) for v in seen.values()}) > 1:
+            kinds = ", ".join(
+                f"{k!r}: {v.get('kind')} {v.get('sha256', '')[:12]}" for k, v in seen.items()
+            )
+            warnings.warn(
+                f"the sources were tokenized by different tokenizers ({kinds}): the same id "
+                "means different tokens in different rows. Build every source with one tokenizer",
+                UserWarning,
+                stacklevel=3,
+            )
 
     # -- lazily built state (dropped when pickled for Grain workers) --------------------
 

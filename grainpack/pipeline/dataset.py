@@ -426,6 +426,7 @@ def make_dataset(
     check_int("worker_buffer_size", worker_buffer_size, minimum=1)
     batches = PipelineBatches(config, process_count=count)
     batches.sources  # noqa: B018 -- open the corpora now: bad paths fail here, not at next()
+    batches.warn_about_sources()
     batches.check_index_memory(max_index_bytes, copies=max(1, worker_count))
     options = _Options(p, worker_count, worker_buffer_size, ignore_fingerprint_mismatch)
     return PipelineDataset(batches, options)
