@@ -38,7 +38,7 @@ EPILOG = {
   grainpack show-step 1200 --source en=corpus/en --source fr=corpus/fr \\
       --weight en=0.7 --weight fr=0.3 --block 2048 --batch-size 256
   grainpack show-step 1200 --config run.json --processes 4
-  grainpack show-step 52000 --source web=corpus/web --source math=corpus/math \
+  grainpack show-step 52000 --source web=corpus/web --source math=corpus/math \\
       --stage 0:web=0.9,math=0.1 --stage 50000+5000:web=0.5,math=0.5 --block 2048 --batch-size 256
   (a schedule: from step 50000 the weights move linearly to the second stage's over 5000
   steps; in a --config file: "weights": [[0, {"web": 0.9, "math": 0.1}], [50000, {...}, 5000]])""",
@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
         "--vocab-size",
         type=_positive,
         default=None,
-        help="tokenizer vocabulary; ids must be below it",
+        help="tokenizer vocabulary; ids must be below it (default: not recorded)",
     )
     p.add_argument(
         "--eos-id",
@@ -126,10 +126,17 @@ def _parser() -> argparse.ArgumentParser:
         help="bytes, a tokenizer.json, a SentencePiece .model, a .tiktoken ranks file, or "
         "KIND:PATH (huggingface, sentencepiece, tiktoken)",
     )
-    text.add_argument("--tiktoken-pattern", help="split regex or encoding name for tiktoken")
+    text.add_argument(
+        "--tiktoken-pattern",
+        help="split regex or encoding name for tiktoken (default: the pattern of a published "
+        "encoding's file, recognised by its sha256, else cl100k_base)",
+    )
     text.add_argument("--lines", action="store_true", help=".txt: one document per line")
     text.add_argument(
-        "--eos", metavar="ID|TOKEN", help="append this end-of-document id or token to each"
+        "--eos",
+        metavar="ID|TOKEN",
+        help="append this end-of-document id or token to each (default: none; then set "
+        "boundary_id in the PipelineConfig to separate packed documents)",
     )
     text.add_argument(
         "--workers", type=_positive, default=None, help="processes (default: all cores)"
