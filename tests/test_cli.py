@@ -324,6 +324,7 @@ def test_first_hour_messages_and_inputs(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "pass --overwrite to replace it" in err and "overwrite=True" not in err
     args = ["build", str(tmp_path / "s.npy"), "-o", str(tmp_path / "b"), "--vocab-size", "70000"]
+    args += ["--dtype", "uint16"]  # without --dtype, uint32 holds the vocabulary
     assert main(args) == 1
     err = capsys.readouterr().err
     assert err.rstrip().endswith("use --dtype uint32") and "got --vocab-size 70000" in err

@@ -47,7 +47,7 @@ def test_corpus_writer_rejects_bad_documents(tmp_path, doc, kwargs, error, match
     [
         ({"dtype": "int32"}, "dtype must be 'uint16' or 'uint32'"),
         ({"dtype": "float"}, "dtype must be 'uint16' or 'uint32'"),
-        ({"vocab_size": 70000}, r"vocab_size must be .*use dtype='uint32'"),
+        ({"vocab_size": 70000, "dtype": "uint16"}, r"vocab_size must be .*use dtype='uint32'"),
         ({"vocab_size": 0}, "vocab_size must be"),
         ({"vocab_size": 10, "eos_id": 10}, r"eos_id must be an int in \[0, 10\)"),
         ({"eos_id": -1}, "eos_id must be"),
@@ -213,3 +213,10 @@ def test_a_failed_shuffled_write_leaves_no_corpus(tmp_path):
         w.add([1, 2])
         w.add([-1])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_default_dtype_is_the_smallest_that_holds_the_vocabulary(tmp_path):
+    assert write_corpus(tmp_path / "a", [[1, 2]]).dtype == np.uint16
+    assert write_corpus(tmp_path / "b", [[1, 2]], vocab_size=65_536).dtype == np.uint16
+    big = write_corpus(tmp_path / "c", [[1, 100_276]], vocab_size=100_277)
+    assert big.dtype == np.uint32 and big[0].tolist() == [1, 100_276]

@@ -88,8 +88,8 @@ def _parser() -> argparse.ArgumentParser:
         "--dtype",
         choices=["uint16", "uint32"],
         default=None,
-        help="token dtype (default: uint16, or uint32 when a tokenizer's vocabulary needs "
-        "it; for corpora: the input's)",
+        help="token dtype (default: uint16, or uint32 when the vocabulary (a tokenizer's, or "
+        "--vocab-size) needs it; for corpora: the input's)",
     )
     p.add_argument(
         "--vocab-size",
@@ -472,13 +472,13 @@ def _build_ids(args: argparse.Namespace) -> None:
         progress=True,
     )
     if all(p.suffix == ".npy" for p in inputs):
-        src = convert.convert_npy(inputs, output, dtype=args.dtype or "uint16", **options)
+        src = convert.convert_npy(inputs, output, dtype=args.dtype, **options)
     elif all(p.name.endswith((".jsonl", ".jsonl.gz")) for p in inputs):
         src = convert.convert_jsonl(
             inputs,
             output,
             field=args.field or "input_ids",
-            dtype=args.dtype or "uint16",
+            dtype=args.dtype,
             **options,
         )
     elif len(inputs) == 1 and not inputs[0].name.endswith(TEXT_SUFFIXES):

@@ -63,6 +63,9 @@ def shuffled_order(stored: Any, num_documents: int, seed: int) -> np.ndarray:
 def _check_options(
     dtype: Any, vocab_size: int | None, eos_id: int | None, shard_tokens: int
 ) -> np.dtype:
+    if dtype is None:  # the smallest that holds the vocabulary
+        large = is_int(vocab_size) and vocab_size > 1 << 16
+        dtype = "uint32" if large else "uint16"
     try:
         name = np.dtype(dtype).name
     except TypeError:
@@ -267,7 +270,9 @@ class CorpusWriter:
     Args:
         path: Output directory: must not exist, or be empty, or hold a corpus (replaced only
             with ``overwrite=True``) or the leftovers of an interrupted write.
-        dtype: ``"uint16"`` (ids < 65536) or ``"uint32"`` (ids < 2**31: batches hold int32).
+        dtype: ``"uint16"`` (ids < 65536) or ``"uint32"`` (ids < 2**31: batches hold int32);
+            ``None`` (default): ``"uint32"`` if ``vocab_size`` exceeds 65536, else
+            ``"uint16"``.
         vocab_size: If given, every id must be below it; stored in the manifest.
         eos_id: End-of-document id to record in the manifest (not inserted).
         shard_tokens: Token budget per shard file.
@@ -293,7 +298,7 @@ class CorpusWriter:
         self,
         path: PathLike,
         *,
-        dtype: str = "uint16",
+        dtype: str | None = None,
         vocab_size: int | None = None,
         eos_id: int | None = None,
         shard_tokens: int = 1 << 28,
@@ -457,7 +462,7 @@ def write_corpus(
     path: PathLike,
     documents: Iterable[Any],
     *,
-    dtype: str = "uint16",
+    dtype: str | None = None,
     vocab_size: int | None = None,
     eos_id: int | None = None,
     shard_tokens: int = 1 << 28,
