@@ -251,6 +251,33 @@ def test_an_interrupted_build_says_what_it_kept_and_resumes(tmp_path, capsys, mo
     assert [d.tolist() for d in gp.open_corpus(tmp_path / "o")][299] == list(b"doc 299")
 
 
+def test_an_interrupted_shuffle_keeps_the_tokenized_corpus(tmp_path, capsys, monkeypatch):
+    from grainpack.corpus import build, writer
+
+    (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(50)))
+    argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--workers", "1"]
+    argv += ["--shuffle", "3", "-o", str(tmp_path / "o")]
+    expected = tmp_path / "expected"
+    assert main([*argv[:-1], str(expected)]) == 0
+    shuffle, parts = writer.shuffle_corpus, []
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "shuffle_corpus", interrupted)
+    assert main(argv) == 130
+    assert "the tokenized corpus is kept in" in capsys.readouterr().err
+    monkeypatch.setattr(writer, "shuffle_corpus", shuffle)
+    monkeypatch.setattr(build, "build_part", lambda *a, **k: parts.append(a))
+    assert main(argv) == 0  # shuffles what the first run tokenized: no part is built
+    assert parts == [] and "tokenized before" in capsys.readouterr().out
+    got, want = gp.open_corpus(tmp_path / "o"), gp.open_corpus(expected)
+    assert [d.tolist() for d in got] == [d.tolist() for d in want]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "expected", "o"]
+    assert main(argv) == 1  # an existing corpus is refused before tokenizing
+    assert "pass --overwrite" in capsys.readouterr().err and parts == []
+
+
 def test_build_plain_text_needs_a_tokenizer(tmp_path, capsys):
     (tmp_path / "a.txt").write_text("hi")
     assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o")]) == 1

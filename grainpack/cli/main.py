@@ -379,6 +379,11 @@ TEXT_ONLY = ("tiktoken_pattern", "lines", "eos", "workers", "ray", "ray_address"
 def _build(args: argparse.Namespace) -> None:
     output = Path(args.output)
     if args.shuffle is not None:  # build into a staging directory, then copy shuffled
+        if (output / "manifest.json").exists() and not args.overwrite:  # before tokenizing
+            raise ValueError(
+                f"{output} already holds a corpus (manifest.json present); pass overwrite=True "
+                "to replace it"
+            )
         args.output = str(output.with_name(f".{output.name}.unshuffled"))
     if args.tokenizer is not None:
         try:
@@ -404,11 +409,35 @@ def _build(args: argparse.Namespace) -> None:
                 shard_tokens=args.shard_tokens,
                 overwrite=args.overwrite,
             )
-        finally:
-            shutil.rmtree(staged)
+        except KeyboardInterrupt:  # the tokenized corpus stays: the same command shuffles it
+            raise
+        except BaseException:
+            _drop_staged(staged)
+            raise
+        _drop_staged(staged)
         print(
             f"stored in the random order of seed {args.shuffle}: {output} ({len(src):,} documents)"
         )
+
+
+def _opens(path: str) -> bool:
+    from grainpack.corpus.formats import open_corpus
+
+    try:
+        open_corpus(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _drop_staged(staged: Path) -> None:
+    shutil.rmtree(staged, ignore_errors=True)
+    _key_file(staged).unlink(missing_ok=True)
+
+
+def _key_file(staged: Path) -> Path:
+    """Beside a --shuffle build's tokenized corpus: the hash of the build plan it is from."""
+    return staged.with_name(f"{staged.name}.key")
 
 
 def _built(args: argparse.Namespace) -> str:
@@ -417,7 +446,7 @@ def _built(args: argparse.Namespace) -> str:
 
 
 def _build_text(args: argparse.Namespace) -> None:
-    from grainpack.corpus.build import build_corpus
+    from grainpack.corpus.build import build_corpus, plan_build
     from grainpack.corpus.distributed import build_corpus_ray
     from grainpack.corpus.tokenizers import load_tokenizer
 
@@ -439,10 +468,20 @@ def _build_text(args: argparse.Namespace) -> None:
         overwrite=args.overwrite or args.shuffle is not None,
         progress=True,
     )
+    key, key_file = None, _key_file(Path(args.output))
+    if args.shuffle is not None:  # tokenized by an interrupted run of this command?
+        planned = {k: v for k, v in kwargs.items() if k not in ("overwrite", "progress")}
+        key = plan_build(args.inputs, **planned).key  # type: ignore[arg-type]
+        if key_file.is_file() and key_file.read_text() == key and _opens(args.output):
+            print("tokenized before (by an interrupted run of this command); shuffling")
+            return
+        key_file.unlink(missing_ok=True)
     if args.ray:
         src = build_corpus_ray(args.inputs, args.output, address=args.ray_address, **kwargs)
     else:
         src = build_corpus(args.inputs, args.output, workers=args.workers, **kwargs)
+    if key is not None:
+        key_file.write_text(key)
     print(
         f"{_built(args)}: {src.num_documents:,} documents, {src.num_tokens:,} tokens, "
         f"{src.dtype}, {len(src.shards)} shard(s), tokenizer {tokenizer!r}"
@@ -683,6 +722,12 @@ def _kept(args: argparse.Namespace) -> str:
         return ""
     from grainpack.corpus.build import parts_folder
 
+    staged = Path(args.output)
+    if args.shuffle is not None and _key_file(staged).is_file():
+        return (
+            f"; the tokenized corpus is kept in {staged}: the same command shuffles it without "
+            "tokenizing again (delete it to drop it)"
+        )
     parts = parts_folder(args.output)
     done = len(list(parts.glob("part-*/manifest.json"))) if parts.is_dir() else 0
     if not done:
