@@ -1039,7 +1039,7 @@ def test_vocab_size_zero_does_not_suggest_uint32(tmp_path):
     with pytest.raises(ValueError, match=r"got vocab_size=0$"):
         gp.CorpusWriter(tmp_path / "c", vocab_size=0)
     with pytest.raises(ValueError, match=r"got vocab_size=70000; use dtype='uint32'$"):
-        gp.CorpusWriter(tmp_path / "c", vocab_size=70000)
+        gp.CorpusWriter(tmp_path / "c", vocab_size=70000, dtype="uint16")
 
 
 def test_numpy_float_weights_are_numbers():
