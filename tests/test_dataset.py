@@ -646,3 +646,29 @@ def test_warnings_for_doubled_boundaries_and_mixed_tokenizers(tmp_path, tokenize
         warnings.simplefilter("error")  # one tokenizer, with or without eos: no warning
         gp.make_dataset(gp.PipelineConfig(sources={"a": plain, "e": eos}, **config))
         gp.make_dataset(gp.PipelineConfig(sources={"e": eos}, **config))
+
+
+def test_a_stream_and_a_counted_state_go_past_max_slots(two_sources, monkeypatch):
+    # MAX_SLOTS bounds counting from scratch; a live stream counts as it goes, and a state
+    # with its counts (blocked order) restores past it. Lowered here to reach it quickly.
+    from grainpack.index import mixing
+
+    monkeypatch.setattr(mixing, "MAX_SLOTS", 1 << 16)
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(
+        sources=paths, block=8, global_batch_size=64, order=gp.BlockedOrder(64, 4)
+    )
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    for _ in range(1_100):  # slot 70,400 > 2**16
+        next(it)
+    state = it.get_state()
+    expected = next(it)
+    fresh = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    fresh.set_state(state)
+    for key, value in next(fresh).items():
+        np.testing.assert_array_equal(value, expected[key], err_msg=key)
+    uncounted = {k: v for k, v in state.items() if k != "counts"}
+    with pytest.raises(ValueError, match="refuses more than MAX_SLOTS"):  # v1: from 0
+        iter(gp.make_dataset(cfg, process_index=0, process_count=1)).set_state(
+            {**uncounted, "version": 1}
+        )

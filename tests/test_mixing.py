@@ -448,7 +448,14 @@ def test_scheduled_mixer_pickles_small_and_refuses_too_many_slots():
     assert len(data) < 2000
     assert pickle.loads(data).counts_before(10 * BLOCK_SLOTS + 3).tolist() == expected.tolist()
     with pytest.raises(ValueError, match="refuses more than MAX_SLOTS"):
-        mixer.counts_before(MAX_SLOTS + 1)
+        mixer.counts_before(MAX_SLOTS + 11 * BLOCK_SLOTS + 1)  # counted from block 10 on
+    # from a known count (a restored state's, or a stream's cache) only the rest is counted
+    anchored = SlotMixer(1, SCHEDULES[1], slots_per_step=8)
+    anchored.anchor(MAX_SLOTS + 5, [MAX_SLOTS // 2, MAX_SLOTS // 2 + 5])
+    anchored.check_cost(MAX_SLOTS + 5 + 3 * BLOCK_SLOTS)
+    anchored.check_cost(2 * MAX_SLOTS)
+    with pytest.raises(ValueError, match="refuses more than MAX_SLOTS"):
+        anchored.check_cost(3 * MAX_SLOTS)
     assert repr(SlotMixer(0, MixtureSchedule([(0, (0.5, 0.5))]))) == (
         "SlotMixer(seed=0, probs=(0.5, 0.5))"  # a schedule that never changes is fixed weights
     )

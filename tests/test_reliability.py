@@ -758,6 +758,25 @@ for step in range(3, len(want)):
     assert re.search(r"\(size \d+ -> 0 bytes\)", line), line
 
 
+def test_an_offsets_file_truncated_under_a_live_iterator_raises_not_sigbus(tmp_path):
+    code = (
+        CHILD_PRELUDE
+        + """
+os.truncate(path / "offsets-00003.bin", 0)
+for step in range(3, 3000):
+    try:
+        next(it)
+    except gp.CorpusError as err:
+        print("ERROR", err)
+        break
+"""
+    )
+    result = run_child(code, str(tmp_path / "c"))
+    assert result.returncode == 0, result.stderr[-3000:]  # no SIGBUS (exit 135)
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
+    assert f"{tmp_path / 'c' / 'offsets-00003.bin'}: changed since the corpus" in line
+
+
 def test_truncated_shard_read_through_the_source_raises_not_sigbus(tmp_path):
     code = (
         CHILD_PRELUDE

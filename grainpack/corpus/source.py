@@ -292,6 +292,9 @@ class TokenShardSource:
         record = self._shards[k]
         if isinstance(record.documents, OffsetsFile):
             self._touch(k)
+            identity = record.documents.identity
+            if local is not None and identity is not None:  # as the tokens: one stat a call,
+                identity.check(record.documents.path)  # so a truncated map is not read
         if local is None:
             index = record.documents
             if isinstance(index, OffsetsFile):

@@ -502,14 +502,15 @@ class SlotMixer:
 
     def check_cost(self, slot: int) -> None:
         """Raises ``ValueError`` (stating the cost) if counting the slots before ``slot`` is
-        refused: more than ``MAX_SLOTS`` of them to hash (from 0, or from the anchor) with
-        several sources."""
-        anchor = self._base * BLOCK_SLOTS
-        counted = slot - anchor if slot >= anchor else slot
+        refused: more than ``MAX_SLOTS`` of them to hash with several sources, from 0 or from
+        the last block the count cache holds (a stream counts as it goes: never refused)."""
+        first, known = self._base, self._base + self._prefix.shape[0] - 1
+        counted = slot - known * BLOCK_SLOTS if slot >= first * BLOCK_SLOTS else slot
         if self.num_sources > 1 and counted > MAX_SLOTS:
             raise ValueError(
-                f"counting which of {self.num_sources} sources each of the {slot:,} slots before "
-                f"slot {slot:,} chose hashes every one of them: about {slot / 5e8:,.0f} s and "
+                f"counting which of {self.num_sources} sources each of the {counted:,} slots "
+                f"before slot {slot:,} chose hashes every one of them: about "
+                f"{counted / 5e8:,.0f} s and "
                 f"{slot // BLOCK_SLOTS * self.num_sources * 8 / 2**20:,.0f} MiB; grainpack "
                 f"refuses more than MAX_SLOTS={MAX_SLOTS:,} slots (a run of 10**13 tokens at "
                 "global batch 1024 has ~5e9). Check the step (a corrupt checkpoint state?)"

@@ -274,14 +274,14 @@ class PipelineIterator(grain.DatasetIterator):
                 f"global_batch_size={size}, so no process of this config saved it (the state "
                 "was edited); restore each process from the state it saved"
             )
-        self._batches.check_step(step)  # a step beyond any run is refused before any work
         undo = None
-        if "counts" in state and same:
+        if "counts" in state and same:  # counted up to the step: no count from 0 is needed
             try:
                 undo = self._batches.anchor_at(step * size, counts)
             except ValueError as err:
                 raise ValueError(f"corrupt grainpack iterator state: {err}") from None
         try:
+            self._batches.check_step(step)  # a step beyond any run is refused before any work
             if step and same:
                 self._verify(state)
         except BaseException:
