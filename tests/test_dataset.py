@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -142,6 +143,31 @@ def test_world_size_independence(two_sources, unit):
                 for p in range(count):
                     interleaved[p::count] = per_process[p][t][key]
                 np.testing.assert_array_equal(interleaved, value, err_msg=f"{key} step {t}")
+
+
+@pytest.mark.slow
+def test_a_killed_worker_raises_then_the_stream_goes_on_exactly(two_sources):
+    import multiprocessing
+    import signal
+
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=64, seed=1)
+    expected = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 2000)
+    with iter(gp.make_dataset(cfg, process_index=0, process_count=1, worker_count=2)) as it:
+        got = take(it, 5)
+        workers = [p for p in multiprocessing.active_children() if "tracker" not in p.name]
+        os.kill(workers[0].pid, signal.SIGKILL)
+        errors = 0
+        while len(got) < len(expected):
+            try:
+                got.append(next(it))
+            except RuntimeError as err:  # the dead worker, once; the workers are restarted
+                assert "terminated unexpectedly" in str(err)
+                errors += 1
+    assert errors == 1
+    for step, (a, b) in enumerate(zip(got, expected)):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key} of step {step}")
 
 
 @pytest.mark.slow
@@ -672,3 +698,32 @@ def test_a_stream_and_a_counted_state_go_past_max_slots(two_sources, monkeypatch
         iter(gp.make_dataset(cfg, process_index=0, process_count=1)).set_state(
             {**uncounted, "version": 1}
         )
+
+
+def test_an_exception_inside_next_skips_nothing(two_sources, monkeypatch):
+    # Ctrl-C (or any error) while rows are read: the next call gives that same step.
+    from grainpack.pipeline.gather import RowReader
+
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=2)
+    expected = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 600)
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    got = take(it, 5)
+    read, calls = RowReader.read, []
+
+    def interrupted_once(self, first, stop):
+        calls.append(first)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return read(self, first, stop)
+
+    monkeypatch.setattr(RowReader, "read", interrupted_once)
+    while len(got) < 600:
+        try:
+            got.append(next(it))
+        except KeyboardInterrupt:
+            assert it.get_state()["step"] == len(got)
+    assert len(calls) > 1  # interrupted once, then read again
+    for step, (a, b) in enumerate(zip(got, expected)):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key} of step {step}")

@@ -16,6 +16,7 @@ import pathlib
 import re
 import resource
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -1171,3 +1172,48 @@ def test_a_corpus_replaced_between_check_and_open_is_named_as_changed(tmp_path, 
     with pytest.raises(gp.CorpusError, match="changed since the corpus was opened") as err:
         src[len(src) - 1]
     assert not isinstance(err.value, gp.CorpusNotFoundError)
+
+
+@pytest.mark.slow
+def test_workers_exit_when_their_consumer_is_killed(tmp_path):
+    """A trainer killed with SIGKILL runs no cleanup: its Grain workers must not live on as
+    orphans holding their memory (they check their parent every second)."""
+    code = """
+import multiprocessing, sys, time
+import numpy as np
+import grainpack as gp
+if __name__ == "__main__":
+    gp.write_corpus(sys.argv[1], [np.arange(1, 60)] * 50)
+    config = gp.PipelineConfig(sources={"a": sys.argv[1]}, block=8, global_batch_size=8)
+    it = iter(gp.make_dataset(config, process_index=0, process_count=1, worker_count=2))
+    next(it)
+    print(*[p.pid for p in multiprocessing.active_children()], flush=True)
+    time.sleep(120)
+"""
+    script = tmp_path / "trainer.py"
+    script.write_text(code)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "c")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    pids = [int(p) for p in child.stdout.readline().split()]
+    assert len(pids) >= 2
+    child.kill()
+    child.wait()
+
+    def running(pid: int) -> bool:  # an exited orphan may stay a zombie of a non-reaping init
+        try:
+            return pathlib.Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    deadline = time.monotonic() + 15
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in pids if running(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"orphaned workers still running: {left}"

@@ -15,6 +15,9 @@ import dataclasses
 import hashlib
 import logging
 import multiprocessing
+import os
+import threading
+import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -42,6 +45,25 @@ READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
 DIGEST_KEYS = ("inputs", "targets", "segment_ids", "positions", "loss_mask")
+
+
+def exit_with_the_consumer(worker_index: int, worker_count: int) -> None:
+    """Grain worker init: the worker exits once the process that started it is gone (killed,
+    even by SIGKILL), instead of living on as an orphan that holds its memory. A daemon
+    thread waits on the parent's sentinel (ready when the parent has exited, even before
+    this runs); without one, it checks the parent's pid every second."""
+    parent = multiprocessing.parent_process()
+    pid = os.getppid()
+
+    def watch() -> None:
+        if parent is not None:
+            parent.join()
+        else:
+            while os.getppid() == pid:
+                time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="grainpack-orphan-watch", daemon=True).start()
 
 
 def _absl_flags_parsed() -> None:
@@ -149,7 +171,8 @@ class PipelineIterator(grain.DatasetIterator):
                     grain.multiprocessing.MultiprocessingOptions(
                         num_workers=workers,
                         per_worker_buffer_size=self._options.worker_buffer_size,
-                    )
+                    ),
+                    worker_init_fn=exit_with_the_consumer,
                 )
             self._inner = ExpandedBatches(iter(ds), self._batches)
             if workers:
@@ -157,7 +180,13 @@ class PipelineIterator(grain.DatasetIterator):
         return self._inner
 
     def __next__(self) -> dict[str, np.ndarray]:
-        batch = next(self._open())
+        try:
+            batch = next(self._open())
+        except BaseException:
+            # An error or an interrupt (a dead worker, Ctrl-C) may leave the readers and
+            # workers past this step: start them again here, so nothing is skipped.
+            self.close()
+            raise
         self._step += 1
         self._last = batch
         return batch
