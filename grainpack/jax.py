@@ -21,7 +21,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from grainpack.index.checks import check_int
 from grainpack.pipeline.expand import COMPACT_KEYS
 
 
@@ -53,40 +52,6 @@ def make_global_batch(
             "build one with jax.sharding.Mesh(np.array(jax.devices()), ('data',))"
         )
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
-
-
-def process_index_and_count(
-    process_index: int | None = None, process_count: int | None = None
-) -> tuple[int, int]:
-    """This process's place among all: ``jax.process_index()``/``jax.process_count()`` for
-    what is not given, validated (the one place grainpack asks JAX).
-
-    Example:
-      >>> process_index_and_count(1, 4)
-      (1, 4)
-    """
-    if (process_index is None) != (process_count is None):  # one given, one from JAX
-        given, value, ours = (
-            ("process_count", process_count, jax.process_count())
-            if process_index is None
-            else ("process_index", process_index, jax.process_index())
-        )
-        if value != ours:
-            raise ValueError(
-                f"{given}={value!r} was given alone, but JAX says this is process "
-                f"{jax.process_index()} of {jax.process_count()}: pass both process_index and "
-                "process_count, or neither"
-            )
-    if process_index is None or process_count is None:
-        process_index = jax.process_index() if process_index is None else process_index
-        process_count = jax.process_count() if process_count is None else process_count
-    process_index = check_int("process_index", process_index)
-    process_count = check_int("process_count", process_count, minimum=1)
-    if not 0 <= process_index < process_count:
-        raise ValueError(
-            f"need 0 <= process_index < process_count; got {process_index=}, {process_count=}"
-        )
-    return process_index, process_count
 
 
 @functools.partial(jax.jit, static_argnames="maxtext_keys")

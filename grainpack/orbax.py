@@ -22,12 +22,12 @@ import grain
 import orbax.checkpoint as ocp
 from etils import epath
 
-from grainpack.jax import process_index_and_count
 from grainpack.pipeline.dataset import (
     COUNTED_STATE_KEYS,
     STATE_KEYS,
     ConfigMismatchError,
     describe_changes,
+    process_index_and_count,
 )
 
 _STATE_FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")

@@ -44,6 +44,20 @@ def test_lower_layers_never_import_the_pipeline_jax_or_orbax(layer):
             assert not module.startswith(("grainpack.pipeline", "grainpack.jax", "grainpack.orbax"))
 
 
+def test_the_pipeline_never_imports_the_jax_or_orbax_glue_above_it():
+    for path in (PACKAGE / "pipeline").glob("*.py"):
+        bad = [m for m in imports_of(path) if m.startswith(("grainpack.jax", "grainpack.orbax"))]
+        assert bad == [], f"{path} imports {bad}"
+
+
+def test_every_public_name_resolves():
+    import grainpack
+
+    assert sorted(grainpack.__all__) == list(grainpack.__all__)
+    missing = [name for name in grainpack.__all__ if getattr(grainpack, name, None) is None]
+    assert missing == []
+
+
 def test_import_grainpack_loads_neither_grain_jax_nor_orbax():
     code = (
         "import sys, grainpack\n"

@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import grain
+import jax
 import numpy as np
 from absl import flags
 
 from grainpack.index.checks import check_int, is_int
-from grainpack.jax import process_index_and_count
 from grainpack.pipeline.batches import FORMAT_VERSION, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
@@ -45,6 +45,40 @@ READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
 DIGEST_KEYS = ("inputs", "targets", "segment_ids", "positions", "loss_mask")
+
+
+def process_index_and_count(
+    process_index: int | None = None, process_count: int | None = None
+) -> tuple[int, int]:
+    """This process's place among all: ``jax.process_index()``/``jax.process_count()`` for
+    what is not given, validated (the one place grainpack asks JAX).
+
+    Example:
+      >>> process_index_and_count(1, 4)
+      (1, 4)
+    """
+    if (process_index is None) != (process_count is None):  # one given, one from JAX
+        given, value, ours = (
+            ("process_count", process_count, jax.process_count())
+            if process_index is None
+            else ("process_index", process_index, jax.process_index())
+        )
+        if value != ours:
+            raise ValueError(
+                f"{given}={value!r} was given alone, but JAX says this is process "
+                f"{jax.process_index()} of {jax.process_count()}: pass both process_index and "
+                "process_count, or neither"
+            )
+    if process_index is None or process_count is None:
+        process_index = jax.process_index() if process_index is None else process_index
+        process_count = jax.process_count() if process_count is None else process_count
+    process_index = check_int("process_index", process_index)
+    process_count = check_int("process_count", process_count, minimum=1)
+    if not 0 <= process_index < process_count:
+        raise ValueError(
+            f"need 0 <= process_index < process_count; got {process_index=}, {process_count=}"
+        )
+    return process_index, process_count
 
 
 def exit_with_the_consumer(worker_index: int, worker_count: int) -> None:
