@@ -140,6 +140,10 @@ def test_window_shares_match_counts(paths):
         gp.window_shares(cfg, 50, 20)
     with pytest.raises(TypeError, match="step must be an int"):
         gp.mixture_accounting(cfg, 3.0)
+    with pytest.raises(TypeError, match="start_step must be an int"):
+        gp.target_shares(cfg, "x", 3)
+    with pytest.raises(ValueError, match="stop_step must be >= 5"):
+        gp.target_shares(cfg, 5, 3)
 
 
 # -- schedules ------------------------------------------------------------------------------

@@ -375,8 +375,10 @@ def test_the_order_is_part_of_the_fingerprint(corpora):
     _, it = batches(config(corpora), 3)
     with pytest.raises(ValueError, match="another pipeline config"):
         iter(gp.make_dataset(exact, process_index=0, process_count=1)).set_state(it.get_state())
+    with pytest.raises(ValueError, match=r"order must be 'exact' or a gp\.BlockedOrder"):
+        config(corpora, order="blocked")  # a wrong value
     with pytest.raises(TypeError, match=r"order must be 'exact' or a gp\.BlockedOrder"):
-        config(corpora, order="blocked")
+        config(corpora, order=3)  # a wrong type
 
 
 def test_the_exact_order_refuses_a_corpus_too_large_for_it(corpora):

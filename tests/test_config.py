@@ -84,6 +84,10 @@ def test_config_rejects_bad_input():
         )
     with pytest.raises(ValueError, match="block must be >= 1"):
         gp.PipelineConfig(sources=paths, block=0, global_batch_size=4)
+    with pytest.raises(ValueError, match="sources must be a non-empty mapping"):
+        gp.PipelineConfig(sources={}, block=8, global_batch_size=4)
+    with pytest.raises(TypeError, match="sources must be a non-empty mapping"):
+        gp.PipelineConfig(sources=["/data/en"], block=8, global_batch_size=4)
     with pytest.raises(ValueError, match="documents' only"):
         gp.PipelineConfig(
             sources=paths, block=8, global_batch_size=4, unit="windows", boundary_id=3

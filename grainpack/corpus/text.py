@@ -1,3 +1,5 @@
+# Over 400 lines, one module: every input format's discovery, split into parts and streaming
+# share the slice model (a part is slices of files), and the plan hashes all of it.
 """Text inputs: finding the files, splitting them into parts, and streaming their documents.
 
 Formats, by file name: JSON lines (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``; one object per

@@ -72,8 +72,10 @@ def normalize_probabilities(probs: Sequence[float] | None, num_sources: int) -> 
 def _positive_floats(name: str, values: Sequence[float]) -> tuple[float, ...]:
     vals = list(values)
     bad = [v for v in vals if isinstance(v, bool) or not isinstance(v, numbers.Real)]
-    if not vals or bad:
+    if bad:
         raise TypeError(f"{name} must be a non-empty sequence of numbers, got {vals}")
+    if not vals:
+        raise ValueError(f"{name} must be a non-empty sequence of numbers, got {vals}")
     floats = tuple(float(v) for v in vals)
     bad_vals = [v for v in floats if not (math.isfinite(v) and v > 0.0)]
     if bad_vals:

@@ -148,6 +148,8 @@ def target_shares(
       >>> gp.target_shares(cfg, 0, 20)
       {'a': 0.75, 'b': 0.25}
     """
+    start_step = check_int("start_step", start_step)
+    stop_step = check_int("stop_step", stop_step, minimum=start_step)
     cfg = config.config if isinstance(config, PipelineBatches) else config
     probs = cfg.constant_probabilities
     if probs is None:

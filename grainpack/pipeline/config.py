@@ -90,10 +90,12 @@ class PipelineConfig:
     layout: Layout = "full"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.sources, Mapping) or not self.sources:
+        if not isinstance(self.sources, Mapping):
             raise TypeError(
                 f"sources must be a non-empty mapping name -> corpus path; got {self.sources!r}"
             )
+        if not self.sources:
+            raise ValueError("sources must be a non-empty mapping name -> corpus path; got {}")
         for name, path in self.sources.items():
             if not isinstance(name, str) or not isinstance(path, str | os.PathLike):
                 raise TypeError(f"sources must map str -> path; got {name!r}: {path!r}")
@@ -118,7 +120,7 @@ class PipelineConfig:
         if self.unit not in ("documents", "windows"):
             raise ValueError(f"unit must be 'documents' or 'windows'; got {self.unit!r}")
         if self.order != "exact" and not isinstance(self.order, BlockedOrder):
-            raise TypeError(
+            raise (ValueError if isinstance(self.order, str) else TypeError)(
                 f"order must be 'exact' or a gp.BlockedOrder(block_docs=..., window_blocks=...); "
                 f"got {self.order!r}"
             )

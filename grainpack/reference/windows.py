@@ -63,7 +63,9 @@ class PackedStream:
         (3, [0, 3, 6])
     """
 
-    def __init__(self, path: str | os.PathLike[str] | TokenShardSource, seq_len: int, seed: int):
+    def __init__(
+        self, path: str | os.PathLike[str] | TokenShardSource, seq_len: int, seed: int
+    ) -> None:
         self.seq_len = check_int("seq_len", seq_len, minimum=1)
         self.seed = check_int("seed", seed, minimum=0)
         self.source = path if isinstance(path, TokenShardSource) else open_corpus(path)
@@ -181,7 +183,7 @@ class MixedStream:
         seq_len: int,
         seed: int,
         probs: Sequence[float] | Mapping[str, float] | None = None,
-    ):
+    ) -> None:
         if not isinstance(sources, Mapping) or not sources:
             raise TypeError(
                 f"sources must be a non-empty mapping language -> corpus path, got {sources!r}"
