@@ -146,11 +146,25 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
 @ocp.args.register_with_handler(DataCheckpointHandler, for_save=True)
 @dataclasses.dataclass
 class CheckpointSave(ocp.args.CheckpointArgs):
-    """Orbax argument saving a Grain/grainpack iterator (one JSON file per process).
+    """Orbax argument saving a Grain/grainpack iterator: ``process_{i}-of-{n}.json`` per
+    process, and beside it what a grainpack iterator's fingerprint covers, so that a refused
+    restore names what changed. Save it next to the train state
+    (``ocp.args.Composite(state=ocp.args.StandardSave(params), data=CheckpointSave(it))``).
+
+    Args:
+      item: the iterator (``make_dataset``'s, one wrapping it, or any Grain iterator).
 
     Example:
-      ``mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(params),
-      data=grainpack.CheckpointSave(iterator)))``
+      >>> import tempfile, numpy as np, orbax.checkpoint as ocp, grainpack as gp
+      >>> d = tempfile.mkdtemp()
+      >>> _ = gp.write_corpus(f"{d}/c", [np.arange(1, 40)] * 4)
+      >>> cfg = gp.PipelineConfig(sources={"c": f"{d}/c"}, block=8, global_batch_size=2)
+      >>> it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+      >>> _ = next(it)
+      >>> with ocp.CheckpointManager(f"{d}/ckpt") as mngr:
+      ...     _ = mngr.save(1, args=ocp.args.Composite(data=gp.CheckpointSave(it)))
+      >>> sorted(p.name for p in epath.Path(f"{d}/ckpt/1/data").glob("*.json"))
+      ['pipeline_0-of-1.json', 'process_0-of-1.json']
     """
 
     item: Any
@@ -159,6 +173,27 @@ class CheckpointSave(ocp.args.CheckpointArgs):
 @ocp.args.register_with_handler(DataCheckpointHandler, for_restore=True)
 @dataclasses.dataclass
 class CheckpointRestore(ocp.args.CheckpointArgs):
-    """Orbax argument restoring an iterator in place, elastically for ``make_dataset``."""
+    """Orbax argument restoring an iterator in place: a ``make_dataset`` iterator on any
+    process and worker count (elastic), other Grain iterators on the counts that saved them.
+    A state from another config or corpus is refused, naming what changed.
+
+    Args:
+      item: the iterator to set (a fresh one of the same config).
+
+    Example:
+      >>> import tempfile, numpy as np, orbax.checkpoint as ocp, grainpack as gp
+      >>> d = tempfile.mkdtemp()
+      >>> _ = gp.write_corpus(f"{d}/c", [np.arange(1, 40)] * 4)
+      >>> cfg = gp.PipelineConfig(sources={"c": f"{d}/c"}, block=8, global_batch_size=2)
+      >>> it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+      >>> _ = next(it)
+      >>> with ocp.CheckpointManager(f"{d}/ckpt") as mngr:
+      ...     _ = mngr.save(1, args=ocp.args.Composite(data=gp.CheckpointSave(it)))
+      ...     mngr.wait_until_finished()
+      ...     fresh = iter(gp.make_dataset(cfg, process_index=1, process_count=2))
+      ...     _ = mngr.restore(1, args=ocp.args.Composite(data=gp.CheckpointRestore(fresh)))
+      >>> fresh.get_state()["step"], fresh.get_state()["process_index"]
+      (1, 1)
+    """
 
     item: Any

@@ -135,7 +135,27 @@ def is_plain_name(name: Any) -> bool:
 
 def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any]:
     """Loads and schema-checks ``path/manifest.json`` (read through ``dir_fd``, the open
-    directory, if given); raises :class:`CorpusError` if invalid."""
+    directory, if given).
+
+    Args:
+      path: the corpus directory.
+      dir_fd: an open descriptor of that directory, so that every file is read from it.
+
+    Returns:
+      The manifest as a dict.
+
+    Raises:
+      CorpusError: no manifest, or one that is not valid (the message says which field).
+
+    Example:
+      >>> import tempfile
+      >>> from grainpack.corpus.writer import write_corpus
+      >>> path = tempfile.mkdtemp()
+      >>> _ = write_corpus(path, [[1, 2], [3]], vocab_size=4)
+      >>> m = read_manifest(path)
+      >>> m["num_documents"], m["num_tokens"], m["dtype"], m["vocab_size"]
+      (2, 3, 'uint16', 4)
+    """
     file = Path(path) / MANIFEST_NAME
     try:
         m, _ = load_json(file, "rebuild the corpus", dir_fd=dir_fd)

@@ -124,7 +124,16 @@ def window_shares(
     config: PipelineConfig | PipelineBatches, start_step: int, stop_step: int
 ) -> dict[str, float]:
     """Realized share of rows per source over global steps ``[start_step, stop_step)``
-    (exact counts of the slot hash under each step's weights)."""
+    (exact counts of the slot hash under each step's weights).
+
+    Example:
+      >>> import grainpack as gp
+      >>> cfg = gp.PipelineConfig(sources={"a": "/a", "b": "/b"}, block=8, global_batch_size=4,
+      ...                         weights={"a": 0.75, "b": 0.25})
+      >>> shares = gp.window_shares(cfg, 0, 1000)
+      >>> round(shares["a"] + shares["b"], 9), 0.72 < shares["a"] < 0.78
+      (1.0, True)
+    """
     start_step = check_int("start_step", start_step)
     stop_step = check_int("stop_step", stop_step, minimum=start_step)
     batches = _batches(config)

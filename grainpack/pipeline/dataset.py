@@ -169,6 +169,24 @@ class PipelineIterator(grain.DatasetIterator):
     the last batch; ``set_state`` refuses a state from another config or corpus (unless
     ``ignore_fingerprint_mismatch``) and recomputes the last batch to check the digest, so
     a silently different resume is detected instead of trained on.
+
+    Args:
+      dataset: the :func:`make_dataset` dataset it iterates (``iter(dataset)`` makes one).
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> path = tempfile.mkdtemp() + "/c"
+      >>> _ = gp.write_corpus(path, [np.arange(1, 40)] * 4)
+      >>> cfg = gp.PipelineConfig(sources={"c": path}, block=8, global_batch_size=2)
+      >>> it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+      >>> first = [next(it) for _ in range(3)]
+      >>> state = it.get_state()
+      >>> state["step"], next(it)["inputs"].shape
+      (3, (2, 8))
+      >>> again = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+      >>> again.set_state(state)  # checks the config, the corpus and batch 2's digest
+      >>> again.step
+      3
     """
 
     def __init__(self, dataset: PipelineDataset) -> None:
@@ -226,6 +244,8 @@ class PipelineIterator(grain.DatasetIterator):
         return batch
 
     def start_prefetch(self) -> None:
+        """Starts the worker processes (if any) now, so that they plan while, for example,
+        the train state is restored; Grain's ``DatasetIterator.start_prefetch``."""
         self._open().start_prefetch()
 
     def close(self) -> None:
