@@ -78,6 +78,7 @@ class PipelineConfig:
     sources: Mapping[str, str | os.PathLike[str]]
     block: int
     global_batch_size: int
+    _: dataclasses.KW_ONLY  # the options
     seed: int = 0
     weights: Mapping[str, float] | Sequence[Stage] | WeightSchedule | None = None
     premiums: Mapping[str, float] | Sequence[Stage] | None = None
