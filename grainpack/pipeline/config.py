@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.curriculum.protocols import BindsToSource, describe_selector
+from grainpack.curriculum.selectors import PerSource
 from grainpack.index.blocked import BlockedOrder
 from grainpack.index.checks import check_float, check_int
 from grainpack.index.orders import SequenceSelector
@@ -138,7 +139,7 @@ class PipelineConfig:
                 "sequence_selector must be callable (order, seed, epoch) -> order or bind to "
                 f"sources (gp.PerSource); got {selector!r}"
             )
-        if hasattr(selector, "check_sources"):  # gp.PerSource: its keys are source names
+        if isinstance(selector, PerSource):  # its keys are source names
             selector.check_sources(list(self.sources))
         if self.weights is not None and self.premiums is not None:
             raise ValueError("give either weights (token mode) or premiums (content mode)")
