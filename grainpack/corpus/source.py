@@ -292,9 +292,6 @@ class TokenShardSource:
         record = self._shards[k]
         if isinstance(record.documents, OffsetsFile):
             self._touch(k)
-            identity = record.documents.identity
-            if local is not None and identity is not None:  # as the tokens: one stat a call,
-                identity.check(record.documents.path)  # so a truncated map is not read
         if local is None:
             index = record.documents
             if isinstance(index, OffsetsFile):
@@ -313,6 +310,16 @@ class TokenShardSource:
             check_offsets(local, record.num_tokens, offsets_path_of(record))
             self._checked[k] = True
         return local
+
+    def _current_local(self, k: int) -> np.ndarray:
+        """:meth:`_local` after checking that its offsets file is still the one opened (one
+        ``stat``), so that a file truncated in place raises instead of ``SIGBUS``. For reads
+        of many documents at once (a plan), where the ``stat`` is small against the work; a
+        single document's read (``src[i]``) checks only its tokens file."""
+        index = self._shards[k].documents
+        if isinstance(index, OffsetsFile) and index.identity is not None:
+            index.identity.check(index.path)
+        return self._local(k)
 
     def _document_starts(self) -> list[int]:
         """First document of each shard, then the number of documents (scans shards whose
@@ -337,7 +344,7 @@ class TokenShardSource:
         docs = np.asarray(documents, dtype=np.int64)
         starts = self._document_starts()
         if len(self._shards) == 1:
-            return self._local(0)[docs]
+            return self._current_local(0)[docs]
         flat = docs.reshape(-1)
         shard = np.searchsorted(starts, flat, side="right") - 1
         np.minimum(shard, len(self._shards) - 1, out=shard)  # document N: the last shard's end
@@ -346,7 +353,7 @@ class TokenShardSource:
         out = np.empty(flat.shape, dtype=np.int64)
         for k in np.flatnonzero(np.diff(cuts)).tolist():
             mine = order[cuts[k] : cuts[k + 1]]
-            out[mine] = self._local(k)[flat[mine] - starts[k]] + self._starts_list[k]
+            out[mine] = self._current_local(k)[flat[mine] - starts[k]] + self._starts_list[k]
         return out.reshape(docs.shape)
 
     def read_ahead(self, runs: Sequence[tuple[int, int]]) -> None:
@@ -394,7 +401,7 @@ class TokenShardSource:
         k = min(k, len(self._shards) - 1)
         pieces = []
         while True:
-            record, local = self._shards[k], self._local(k)
+            record, local = self._shards[k], self._current_local(k)
             a, b = first - starts[k], min(stop, starts[k + 1]) - starts[k]
             piece = local[a : b + 1]
             if piece.size and (
@@ -429,7 +436,7 @@ class TokenShardSource:
         out = np.empty(pos.shape, dtype=np.int64)
         for k in np.unique(shard).tolist():
             mine = shard == k
-            local = self._local(k)
+            local = self._current_local(k)
             out[mine] = (
                 starts[k]
                 + np.searchsorted(local, pos[mine] - self._starts_list[k], side="right")
