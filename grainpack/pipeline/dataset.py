@@ -17,7 +17,6 @@ import logging
 import multiprocessing
 import os
 import threading
-import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -84,17 +83,14 @@ def process_index_and_count(
 def exit_with_the_consumer(worker_index: int, worker_count: int) -> None:
     """Grain worker init: the worker exits once the process that started it is gone (killed,
     even by SIGKILL), instead of living on as an orphan that holds its memory. A daemon
-    thread waits on the parent's sentinel (ready when the parent has exited, even before
-    this runs); without one, it checks the parent's pid every second."""
-    parent = multiprocessing.parent_process()
-    pid = os.getppid()
+    thread waits on the parent's sentinel, which is ready once the parent has exited (even
+    before this runs)."""
+    parent = multiprocessing.parent_process()  # None only in a main process
+    if parent is None:
+        return
 
     def watch() -> None:
-        if parent is not None:
-            parent.join()
-        else:
-            while os.getppid() == pid:
-                time.sleep(1.0)
+        parent.join()
         os._exit(1)
 
     threading.Thread(target=watch, name="grainpack-orphan-watch", daemon=True).start()
