@@ -148,7 +148,8 @@ class PipelineBatches:
                     UserWarning,
                     stacklevel=3,
                 )
-        if len({json.dumps(v, sort_keys=True) for v in seen.values()}) > 1:
+        identities = list(seen.values())
+        if any(other != identities[0] for other in identities[1:]):
             kinds = ", ".join(
                 f"{k!r}: {v.get('kind')} {v.get('sha256', '')[:12]}" for k, v in seen.items()
             )
