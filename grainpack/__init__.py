@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         RepeatCapExceeded,
         SourceAccount,
         mixture_accounting,
+        selector_report,
         target_shares,
         window_shares,
     )
@@ -129,6 +130,7 @@ _PUBLIC = {
     "RepeatCapExceeded": "grainpack.pipeline.accounting",
     "SourceAccount": "grainpack.pipeline.accounting",
     "mixture_accounting": "grainpack.pipeline.accounting",
+    "selector_report": "grainpack.pipeline.accounting",
     "target_shares": "grainpack.pipeline.accounting",
     "window_shares": "grainpack.pipeline.accounting",
     "PipelineConfig": "grainpack.pipeline.config",
@@ -207,6 +209,7 @@ __all__ = [
     "pack_documents",
     "prefetch_to_device",
     "read_manifest",
+    "selector_report",
     "shard_documents_for_rank",
     "slot_order",
     "splitmix64",

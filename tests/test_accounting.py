@@ -122,6 +122,30 @@ def test_monitor_repeat_cap_warns_or_raises(paths):
         strict.check(200)
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"window_steps": "5"}, TypeError, "window_steps must be an int, got '5'"),
+        ({"window_steps": 2.5}, TypeError, "window_steps must be an int, got 2.5"),
+        ({"window_steps": 0}, ValueError, "window_steps must be >= 1"),
+        ({"max_repeats": -1}, ValueError, "max_repeats must be >= 0"),
+        ({"max_repeats": "2"}, TypeError, "max_repeats must be an int"),
+        ({"hard_cap": 1}, TypeError, "hard_cap must be True or False"),
+        ({"min_expected_rows": "1"}, TypeError, "min_expected_rows must be a number"),
+    ],
+)
+def test_monitor_bad_options_are_refused(paths, options, error, match):
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4)
+    with pytest.raises(error, match=match):
+        gp.MixtureMonitor(cfg, **options)
+
+
+def test_accounting_needs_a_config():
+    for call in (lambda: gp.target_shares(None, 0, 3), lambda: gp.mixture_accounting({}, 3)):
+        with pytest.raises(TypeError, match=r"config must be a gp\.PipelineConfig; got"):
+            call()
+
+
 def test_window_shares_match_counts(paths):
     cfg = gp.PipelineConfig(
         sources=paths,

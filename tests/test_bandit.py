@@ -40,3 +40,10 @@ def test_bandit_decay_forgets_old_rewards():
     assert plain.rates(2) == (1.0, 1.0)
     assert forgetful.rates(2)[1] == 1.0 and forgetful.rates(2)[0] < 1.0
     assert forgetful.state_dict()["preferences"] == [-0.5, 0.0]
+
+
+def test_rewards_that_overflow_the_preferences_are_refused():
+    bandit = LengthBandit(2, learning_rate=10.0, delay=1)
+    with pytest.raises(ValueError, match=r"rewards \[1e\+308, 0.0\] times learning_rate=10.0"):
+        bandit.update(0, [1e308, 0.0])
+    assert bandit.updates == 0

@@ -124,6 +124,18 @@ def test_state_json_round_trip_keeps_its_choices():
     corrupt = {**bandit.state_dict(), "weights": [[0.5, 0.6, 0.1]] * 3}
     with pytest.raises(ValueError, match="sum to 1"):
         restored.load_state_dict(corrupt)
+    missing = bandit.state_dict()
+    missing["weights"][2] = None  # not "equal weights": a damaged state
+    with pytest.raises(ValueError, match="3 weights per stage; got None"):
+        restored.load_state_dict(missing)
+    assert restored.history == bandit.history  # a refused state changes nothing
+
+
+def test_rewards_that_overflow_the_preferences_are_refused():
+    bandit = gp.MixtureBandit(["a", "b"], stage_steps=10, learning_rate=10.0)
+    with pytest.raises(ValueError, match="overflow the preferences"):
+        bandit.update(0, [1e308, 0.0])
+    assert bandit.updates == 0 and bandit.policy() == (0.5, 0.5)
 
 
 # -- in the pipeline ------------------------------------------------------------------------
@@ -225,6 +237,40 @@ def test_two_processes_fed_the_same_rewards_decide_the_same_weights(sources):
             interleaved = np.empty_like(want[key])
             interleaved[0::2], interleaved[1::2] = local[0][key], local[1][key]
             np.testing.assert_array_equal(interleaved, want[key], err_msg=f"{key} step {t}")
+
+
+def test_a_rollback_in_the_same_process_accounts_and_restores_as_a_fresh_one(sources):
+    # Load an earlier bandit state and iterator state into live objects, then learn other
+    # weights: accounting, the monitor and a later restore must use the new decisions, not
+    # counts cached from the rolled-back ones.
+    bandit = make_bandit(delay=1)
+    cfg = make_config(sources, bandit)
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    monitor = gp.MixtureMonitor(cfg, window_steps=STAGE)
+    for step in range(6 * STAGE):
+        next(it)
+        if (step + 1) % STAGE == 0:
+            bandit.update(step // STAGE, [1.0, 0.0])
+            monitor.check(step + 1)
+        if step + 1 == 2 * STAGE:
+            saved = bandit.state_dict(), it.get_state()
+    bandit.load_state_dict(saved[0])
+    it.set_state(saved[1])
+    for step in range(2 * STAGE, 5 * STAGE):
+        next(it)
+        if (step + 1) % STAGE == 0:
+            bandit.update(step // STAGE, [0.0, 3.0])
+    state = it.get_state()
+    fresh_bandit = make_bandit(delay=1)
+    fresh_bandit.load_state_dict(bandit.state_dict())
+    fresh_cfg = make_config(sources, fresh_bandit)
+    truth = gp.mixture_accounting(fresh_cfg, 5 * STAGE)
+    assert monitor.check(5 * STAGE)["low"]["epochs"] == truth["low"].epochs
+    it.set_state(state)  # refused before the fix: the cached counts gave another batch
+    fresh = iter(gp.make_dataset(fresh_cfg, process_index=0, process_count=1))
+    fresh.set_state(state)
+    for _ in range(STAGE):
+        np.testing.assert_array_equal(next(it)["inputs"], next(fresh)["inputs"])
 
 
 def test_the_pipeline_refuses_a_stage_that_is_not_decided(sources):

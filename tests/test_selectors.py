@@ -146,6 +146,38 @@ def test_length_buckets_report_counts_by_hand(tmp_path):
     assert sel.bucket_of(np.array([0, 1, 3])).tolist() == [0, 1, 2]
 
 
+@pytest.mark.parametrize("order", ["exact", "blocked"])
+def test_selector_report_counts_what_the_pipeline_kept(corpus, order):
+    # The report of an unbound selector as the pipeline applies it (its corpus, its seed,
+    # per block under the blocked order) equals the documents epoch 0's batches hold.
+    src, path = corpus
+    blocked = gp.BlockedOrder(block_docs=4, window_blocks=8) if order == "blocked" else "exact"
+    sel = LengthBuckets(edges=EDGES, rates=(1.0, 0.5, 0.3))
+    cfg = gp.PipelineConfig(
+        sources={"c": path},
+        block=32,
+        global_batch_size=32,
+        seed=3,
+        sequence_selector=sel,
+        order=blocked,
+        provenance=True,
+    )
+    seen: set[int] = set()
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+    while (batch := next(it))["epoch"].min() == 0:
+        docs = batch["segment_document"][batch["epoch"] == 0]
+        seen |= set(docs[docs >= 0].tolist())
+    seen_docs = np.array(sorted(seen))
+    report = gp.selector_report(cfg, "c", 0)
+    assert report.kept_documents == tuple(counts(src.lengths, seen_docs))
+    kept_tokens = np.bincount(buckets_of(src.lengths, seen_docs), src.lengths[seen_docs], 3)
+    assert report.kept_tokens == tuple(int(t) for t in kept_tokens)
+    assert report.documents == (PER_BUCKET,) * 3
+    assert report.rates == (1.0, 0.5, 0.3)
+    with pytest.raises(ValueError, match="source 'x' is not one of"):
+        gp.selector_report(cfg, "x", 0)
+
+
 def test_length_buckets_repr_is_stable_and_content_derived(corpus):
     src, path = corpus
     a = LengthBuckets(edges=[16, 64], rates=[1, 0.5, 0.25], corpus=src)
@@ -338,6 +370,22 @@ def test_schedule_and_bandit_bad_input(call, error, match):
         call()
 
 
+class TwoBucketsOneRate:
+    """A RateSchedule that claims two buckets but gives one rate."""
+
+    num_buckets = 2
+
+    def rates(self, epoch: int) -> tuple[float, ...]:
+        return (1.0,)
+
+
+def test_a_schedule_giving_the_wrong_number_of_rates_is_a_clear_error(corpus):
+    src, _ = corpus
+    sel = LengthBuckets(edges=(16,), rates=TwoBucketsOneRate(), corpus=src)
+    with pytest.raises(ValueError, match="gave 1 rates for epoch 0, but 1 edges make 2 buckets"):
+        sel(base(src), 0, 0)
+
+
 # -- the bandit -------------------------------------------------------------------------------
 
 
@@ -490,6 +538,41 @@ def test_bandit_orbax_round_trip_continues_identically(corpus, tmp_path):
     for t, (a, b) in enumerate(zip(rest, reference[cut:])):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key} step {cut + t}")
+
+
+def test_bandit_rolled_back_in_process_continues_as_a_fresh_restore(corpus):
+    # A rollback in the same process (load an earlier bandit state, set an earlier iterator
+    # state, then report other rewards) must not reuse the epoch plans cached from the
+    # decisions that were rolled back.
+    src, path = corpus
+
+    def pipeline():
+        bandit = LengthBandit(3, learning_rate=2.0, exploration=0.3)
+        cfg = bandit_config(src, path, bandit)
+        return bandit, iter(gp.make_dataset(cfg, process_index=0, process_count=1))
+
+    def train(iterator, bandit, steps, rewards):
+        out = []
+        for _ in range(steps):
+            out.append(next(iterator))
+            report_when_next_epoch_appears(bandit, out[-1], lambda e: rewards)
+        return out
+
+    bandit, it = pipeline()
+    train(it, bandit, 30, [1.0, 0.0, -1.0])
+    state, saved = it.get_state(), bandit.state_dict()
+    train(it, bandit, 60, [1.0, 0.0, -1.0])  # epochs decided past the checkpoint's
+    bandit.load_state_dict(saved)
+    it.set_state(state)
+    rolled = train(it, bandit, 60, [-1.0, 0.0, 1.0])
+    fresh_bandit, fresh = pipeline()
+    fresh_bandit.load_state_dict(saved)
+    fresh.set_state(state)
+    reference = train(fresh, fresh_bandit, 60, [-1.0, 0.0, 1.0])
+    assert int(reference[-1]["epoch"].max()) >= 4  # the rolled-back epochs are replanned
+    assert fresh_bandit.history == bandit.history
+    for t, (a, b) in enumerate(zip(rolled, reference)):
+        np.testing.assert_array_equal(a["inputs"], b["inputs"], err_msg=f"step {t}")
 
 
 @pytest.mark.slow

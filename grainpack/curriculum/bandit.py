@@ -51,6 +51,12 @@ def learn_preferences(
         h if math.isnan(r) else keep * h + learning_rate * r
         for h, r in zip(preferences, rewards, strict=True)
     ]
+    if not all(math.isfinite(h) for h in prefs):
+        raise ValueError(
+            f"rewards {list(rewards)} times learning_rate={learning_rate} overflow the "
+            "preferences; report rewards on a bounded scale (for example losses, or their "
+            "differences, not their exponentials)"
+        )
     top = max(prefs)
     return [h - top for h in prefs]
 
@@ -100,6 +106,7 @@ class LengthBandit:
         self._decay = check_float("decay", decay, 0.0, 1.0, closed_low=True)
         self._preferences = [0.0] * self._num_buckets
         self._history = [(1.0,) * self._num_buckets] * self._delay
+        self.revision = 0  # bumped when load_state_dict replaces decided epochs
 
     def __repr__(self) -> str:
         # Configuration only: the repr is in the pipeline fingerprint, which must not change
@@ -215,3 +222,4 @@ class LengthBandit:
             raise ValueError(f"state rates must hold >= {self._delay} epochs; got {rows!r}")
         history = [check_rates("rates", check_floats("rates", r, self._num_buckets)) for r in rows]
         self._preferences, self._history = list(prefs), history
+        self.revision += 1

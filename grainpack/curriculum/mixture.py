@@ -107,6 +107,7 @@ class MixtureBandit:
         logs = [math.log(p) for p in probs]
         self._preferences = [h - max(logs) for h in logs]
         self._history: list[tuple[float, ...]] = [probs] * self._delay
+        self.revision = 0  # bumped when load_state_dict replaces decided stages
 
     def __repr__(self) -> str:
         # Configuration only: the repr is in the pipeline fingerprint, which must not change
@@ -263,5 +264,11 @@ class MixtureBandit:
         rows = state["weights"]
         if isinstance(rows, str) or not isinstance(rows, Sequence) or len(rows) < self._delay:
             raise ValueError(f"state weights must hold >= {self._delay} stages; got {rows!r}")
+        for row in rows:
+            if isinstance(row, str) or not isinstance(row, Sequence):
+                raise ValueError(
+                    f"state weights must be a list of {n} weights per stage; got {row!r}"
+                )
         history = [normalize_probabilities(row, n) for row in rows]
         self._preferences, self._history = list(prefs), history
+        self.revision += 1

@@ -101,19 +101,33 @@ class Selector(SequenceSelector, BindsToSource, Reports, Protocol):
     """
 
 
-def adapts_online(obj: object) -> bool:
-    """Whether ``obj`` or any of its components learns online (:class:`AdaptsOnline`).
+def online_components(obj: object) -> list[AdaptsOnline]:
+    """``obj`` and its components (recursively) that learn online (:class:`AdaptsOnline`).
 
     Example:
       >>> import grainpack as gp
       >>> static = gp.LengthBuckets(edges=(512,), rates=(1.0, 0.5))
-      >>> adapts_online(static), adapts_online(gp.Chain(static, gp.LengthBuckets(
+      >>> online_components(static), online_components(gp.Chain(static, gp.LengthBuckets(
       ...     edges=(512,), rates=gp.LengthBandit(2))))
-      (False, True)
+      ([], [LengthBandit(num_buckets=2, learning_rate=1.0, exploration=0.1, delay=2, decay=0.0)])
     """
     if isinstance(obj, AdaptsOnline):
-        return True
-    return isinstance(obj, HasComponents) and any(adapts_online(c) for c in obj.components)
+        return [obj]
+    if isinstance(obj, HasComponents):
+        return [x for c in obj.components for x in online_components(c)]
+    return []
+
+
+def adapts_online(obj: object) -> bool:
+    """Whether ``obj`` or any of its components learns online (:class:`AdaptsOnline`)."""
+    return bool(online_components(obj))
+
+
+def online_revision(*objs: object) -> tuple[int, ...]:
+    """The ``revision`` of every online component of ``objs`` (0 where it has none): an
+    online schedule bumps it when ``load_state_dict`` replaces rounds it had decided, so
+    that plans cached from the old decisions are dropped."""
+    return tuple(getattr(c, "revision", 0) for obj in objs for c in online_components(obj))
 
 
 def bind_selector(

@@ -199,7 +199,14 @@ class LengthBuckets:
         """Keep rate of each bucket in ``epoch``."""
         if isinstance(self.rates, tuple):
             return self.rates[min(epoch, len(self.rates) - 1)]
-        return check_rates("schedule rates", self.rates.rates(epoch))
+        rates = check_rates("schedule rates", self.rates.rates(epoch))
+        if len(rates) != self.num_buckets:
+            raise ValueError(
+                f"the rate schedule {self.rates!r} gave {len(rates)} rates for epoch {epoch}, "
+                f"but {len(self.edges)} edges make {self.num_buckets} buckets: its rates() "
+                "must return one rate per bucket"
+            )
+        return rates
 
     def bucket_of(self, documents: np.ndarray) -> np.ndarray:
         """Bucket index (int64) of each document id."""
@@ -249,7 +256,12 @@ class LengthBuckets:
         if order is None:
             order = np.arange(len(self._all_lengths()))
         buckets, keep = self._keep(order, seed, epoch)
-        lengths = self._lengths(order)
+        return self._report(epoch, buckets, keep, self._lengths(order))
+
+    def _report(
+        self, epoch: int, buckets: np.ndarray, keep: np.ndarray, lengths: np.ndarray
+    ) -> BucketReport:
+        """The report of documents with these ``buckets``, ``keep`` mask and ``lengths``."""
         k = self.num_buckets
 
         def count(mask: np.ndarray | None, weights: np.ndarray | None) -> tuple[int, ...]:
@@ -333,12 +345,51 @@ class BlockLengthBuckets:
         hashes = splitmix64_array(cells ^ np.uint64(key))
         return (hashes < limits[buckets]) | always[buckets]
 
-    def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    def _documents(
+        self, order: np.ndarray, seed: int, epoch: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(bucket, keep mask, length) of each document of ``order``."""
         docs = np.asarray(order, dtype=np.int64)
         corpus = self._corpus()
         lengths = corpus.document_offsets(docs + 1) - corpus.document_offsets(docs)
         buckets = np.searchsorted(self.buckets.edges, lengths, side="right")
-        return docs[self._keep(docs // self.block_docs, buckets, seed, epoch)]
+        return buckets, self._keep(docs // self.block_docs, buckets, seed, epoch), lengths
+
+    def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+        docs = np.asarray(order, dtype=np.int64)
+        return docs[self._documents(docs, seed, epoch)[1]]
+
+    def report(self, order: np.ndarray | None, seed: int, epoch: int) -> BucketReport:
+        """What ``self(order, seed, epoch)`` keeps per bucket (as
+        :meth:`LengthBuckets.report`); ``None``: every document, counted from the table of
+        tokens and documents per (block, bucket), no document read.
+
+        Example:
+          >>> import tempfile, numpy as np, grainpack as gp
+          >>> src = gp.write_corpus(tempfile.mkdtemp(), [np.ones(n, int) for n in (3, 5, 50)])
+          >>> short = LengthBuckets(edges=(10,), rates=(1.0, 0.0), corpus=src).for_blocks(2)
+          >>> r = short.report(None, 0, 0)
+          >>> r.documents, r.kept_documents, r.kept_tokens
+          ((2, 1), (2, 0), (8, 0))
+        """
+        check_int("seed", seed, minimum=0)
+        check_int("epoch", epoch, minimum=0)
+        if order is not None:
+            return self.buckets._report(epoch, *self._documents(order, seed, epoch))
+        tokens, docs, keep = self._kept_table(seed, epoch)
+
+        def column_sums(table: np.ndarray) -> tuple[int, ...]:
+            return tuple(int(x) for x in table.sum(axis=0))
+
+        return BucketReport(
+            epoch=int(epoch),
+            edges=self.buckets.edges,
+            rates=self.buckets.rates_for(epoch),
+            documents=column_sums(docs),
+            kept_documents=column_sums(docs * keep),
+            tokens=column_sums(tokens),
+            kept_tokens=column_sums(tokens * keep),
+        )
 
     def _table(self) -> tuple[np.ndarray, np.ndarray]:
         """Tokens and documents per (block, bucket), ``(M, buckets)`` int64 (cached)."""
@@ -359,13 +410,18 @@ class BlockLengthBuckets:
             object.__setattr__(self, "_cached_table", table)
         return table
 
-    def block_totals(self, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """int64 ``(kept tokens, kept documents)`` of every block in ``epoch``."""
+    def _kept_table(self, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_table` and the keep decision of each (block, bucket) in ``epoch``."""
         tokens, docs = self._table()
         m, k = tokens.shape
         keep = self._keep(
             np.repeat(np.arange(m), k), np.tile(np.arange(k), m), seed, epoch
         ).reshape(m, k)
+        return tokens, docs, keep
+
+    def block_totals(self, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """int64 ``(kept tokens, kept documents)`` of every block in ``epoch``."""
+        tokens, docs, keep = self._kept_table(seed, epoch)
         return (tokens * keep).sum(axis=1), (docs * keep).sum(axis=1)
 
 

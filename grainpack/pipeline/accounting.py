@@ -13,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 
-from grainpack.index.checks import check_int
+from grainpack.curriculum.protocols import Reports
+from grainpack.index.checks import check_float, check_int
 from grainpack.index.schedule import MixtureSchedule, mean_probabilities
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
@@ -69,7 +71,15 @@ class SourceAccount:
 
 
 def _batches(config: PipelineConfig | PipelineBatches) -> PipelineBatches:
-    return config if isinstance(config, PipelineBatches) else PipelineBatches(config)
+    return config if isinstance(config, PipelineBatches) else PipelineBatches(_config(config))
+
+
+def _config(config: PipelineConfig | PipelineBatches) -> PipelineConfig:
+    if isinstance(config, PipelineBatches):
+        return config.config
+    if not isinstance(config, PipelineConfig):
+        raise TypeError(f"config must be a gp.PipelineConfig; got {type(config).__name__}")
+    return config
 
 
 def mixture_accounting(
@@ -159,11 +169,45 @@ def target_shares(
     """
     start_step = check_int("start_step", start_step)
     stop_step = check_int("stop_step", stop_step, minimum=start_step)
-    cfg = config.config if isinstance(config, PipelineBatches) else config
+    cfg = _config(config)
     probs = cfg.constant_probabilities
     if probs is None:
         probs = mean_probabilities(cfg.schedule, start_step, stop_step)
     return dict(zip(cfg.sources, probs))
+
+
+def selector_report(config: PipelineConfig | PipelineBatches, source: str, epoch: int) -> Any:
+    """What the ``sequence_selector`` kept of ``source`` in ``epoch``, as the pipeline
+    applies it: bound to that source's corpus, with its seed (``seed + j`` for source
+    ``j``) and, under :class:`~grainpack.BlockedOrder`, per (block, bucket). The selector's
+    own ``report`` (a :class:`~grainpack.BucketReport` for :class:`~grainpack.LengthBuckets`,
+    a tuple of them for a :class:`~grainpack.Chain`), over every document of the corpus.
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> path = tempfile.mkdtemp() + "/en"
+      >>> _ = gp.write_corpus(path, [np.ones(n, int) for n in (3, 5, 50, 70)])
+      >>> cfg = gp.PipelineConfig(sources={"en": path}, block=8, global_batch_size=2,
+      ...     sequence_selector=gp.LengthBuckets(edges=(10,), rates=(1.0, 0.0)))
+      >>> report = gp.selector_report(cfg, "en", 0)
+      >>> report.kept_documents, report.kept_tokens
+      ((2, 0), (8, 0))
+    """
+    batches = _batches(config)
+    names = list(batches.config.sources)
+    if source not in names:
+        raise ValueError(f"source {source!r} is not one of {names}")
+    j = names.index(source)
+    selector = batches.rows(j).selector
+    if selector is None:
+        raise ValueError(f"source {source!r} has no sequence_selector: it keeps every document")
+    if not isinstance(selector, Reports):
+        raise TypeError(
+            f"the selector of source {source!r}, {selector!r}, has no report(order, seed, "
+            "epoch) method"
+        )
+    epoch = check_int("epoch", epoch)
+    return selector.report(None, batches.config.seed + j, epoch)
 
 
 def _largest_weights(config: PipelineConfig) -> tuple[float, ...]:
@@ -209,12 +253,15 @@ class MixtureMonitor:
         hard_cap: bool = False,
         min_expected_rows: float = 1.0,
     ) -> None:
-        if window_steps < 1:
-            raise ValueError(f"window_steps must be >= 1; got {window_steps}")
         self.batches = _batches(config)
-        self.window_steps = window_steps
-        self.max_repeats = max_repeats
+        self.window_steps = check_int("window_steps", window_steps, minimum=1)
+        self.max_repeats = None if max_repeats is None else check_int("max_repeats", max_repeats)
+        if not isinstance(hard_cap, bool):
+            raise TypeError(f"hard_cap must be True or False; got {hard_cap!r}")
         self.hard_cap = hard_cap
+        min_expected_rows = check_float(
+            "min_expected_rows", min_expected_rows, 0.0, math.inf, closed_low=True
+        )
         cfg = self.batches.config
         rows = window_steps * cfg.global_batch_size
         largest = dict(zip(cfg.sources, _largest_weights(cfg)))

@@ -27,7 +27,7 @@ from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import block_tokens
-from grainpack.curriculum.protocols import adapts_online, bind_selector
+from grainpack.curriculum.protocols import adapts_online, bind_selector, online_revision
 from grainpack.index.blocked import BlockedRows, BlockSelector
 from grainpack.index.layout import PackedRows, Part, pack_rows
 from grainpack.index.mixing import SlotMixer
@@ -126,6 +126,7 @@ class PipelineBatches:
         self._sources: list[TokenShardSource] | None = None
         self._rows: dict[int, SourceRows | BlockedRows] = {}
         self._mixer: SlotMixer | None = None
+        self._revision = online_revision(config.sequence_selector, config.weights)
         # (slot, per-source counts before it), known from a restored state: the mixer's count
         # cache starts there, in this process and in every worker it is pickled to.
         self.anchor: tuple[int, tuple[int, ...]] | None = None
@@ -191,6 +192,7 @@ class PipelineBatches:
 
     def rows(self, j: int) -> SourceRows | BlockedRows:
         """The row stream of source ``j`` (seeded ``seed + j``, as in ``MixedStream``)."""
+        self._check_online()
         rows = self._rows.get(j)
         if rows is None:
             cfg, source = self.config, self.sources[j]
@@ -220,6 +222,7 @@ class PipelineBatches:
     @property
     def mixer(self) -> SlotMixer:
         """Slot -> (source, occurrence) for the configured weights (or schedule)."""
+        self._check_online()
         if self._mixer is None:
             cfg = self.config
             constant = cfg.constant_probabilities
@@ -374,12 +377,35 @@ class PipelineBatches:
         return self.config.global_batch_size // self.process_count
 
     @functools.cached_property
+    def adapts_online(self) -> bool:
+        """Whether the selector or the weights learn from the training loop's rewards."""
+        cfg = self.config
+        return adapts_online(cfg.sequence_selector) or adapts_online(cfg.weights)
+
+    def forget_plans(self) -> None:
+        """Drops the cached epoch plans, mixer counts and anchor, computed again when next
+        needed: an online schedule restored to an earlier state (a rollback in the same
+        process) may decide rounds they were computed from otherwise."""
+        self._rows, self._mixer, self.anchor = {}, None, None
+        cfg = self.config
+        self._revision = online_revision(cfg.sequence_selector, cfg.weights)
+
+    def _check_online(self) -> None:
+        """:meth:`forget_plans` if an online schedule's ``load_state_dict`` replaced rounds
+        it had decided since the caches were filled."""
+        cfg = self.config
+        if self.adapts_online and self._revision != online_revision(
+            cfg.sequence_selector, cfg.weights
+        ):
+            self.forget_plans()
+
+    @functools.cached_property
     def steps_per_element(self) -> int:
         """Steps per Grain element of :func:`~grainpack.make_dataset`: as many as hold about
         ``ELEMENT_TOKENS`` tokens (1 to ``ELEMENT_STEPS``), or 1 with a selector or weights that
         adapt online (a bandit decides epochs or stages from the training loop's rewards, so
         batches are not planned ahead of its updates)."""
-        if adapts_online(self.config.sequence_selector) or adapts_online(self.config.weights):
+        if self.adapts_online:
             return 1
         rows = self.rows_per_batch
         return min(max(1, ELEMENT_TOKENS // (rows * (self.config.block + 1))), ELEMENT_STEPS)

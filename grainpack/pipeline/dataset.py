@@ -353,6 +353,8 @@ class PipelineIterator(grain.DatasetIterator):
                 f"global_batch_size={size}, so no process of this config saved it (the state "
                 "was edited); restore each process from the state it saved"
             )
+        if self._batches.adapts_online:  # decided rounds may have been rolled back
+            self._batches.forget_plans()
         undo = None
         if "counts" in state and same:  # counted up to the step: no count from 0 is needed
             try:
