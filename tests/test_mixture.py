@@ -102,6 +102,11 @@ def test_initial_weights_are_the_prior():
             ValueError,
             "finite",
         ),
+        (
+            lambda: gp.MixtureBandit(["a", "b"], stage_steps=10).segments(-10, 5),
+            ValueError,
+            "start must be >= 0",
+        ),
     ],
 )
 def test_bad_input_is_refused(call, error, match):

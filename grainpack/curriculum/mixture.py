@@ -186,6 +186,8 @@ class MixtureBandit:
         Raises:
           UndecidedEpochError: one of them is not decided yet.
         """
+        start = check_int("start", start)
+        stop = check_int("stop", stop, minimum=start)
         size = self._stage_steps
         first, last = start // size, (max(stop, start + 1) - 1) // size
         self.probabilities(last)  # raises when undecided
