@@ -886,6 +886,34 @@ def test_far_step_with_a_selector_is_refused_stating_the_cost(tmp_path):
         within_a_second(lambda: it.set_state(state))
 
 
+def keep_few_in_epoch_0(order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    return order[:1] if epoch == 0 else order
+
+
+def test_replay_bound_counts_only_epochs_planned_at_once(tmp_path, monkeypatch):
+    # The bound is on the work of one plan: a run planning a few epochs at a time passes any
+    # number of epochs, and a small epoch 0 does not make the far epochs look more numerous
+    # (epochs hold at most every document); a restore far ahead is refused before any work.
+    path = tmp_path / "c"
+    gp.write_corpus(path, [np.arange(1, 9)] * 6)  # 6 documents of 8 tokens: 10 rows of 5
+    monkeypatch.setattr(gp.pipeline.batches, "MAX_REPLAY_DOCUMENTS", 1000)
+    config = pipeline(path, sequence_selector=keep_few_in_epoch_0)
+    it = fresh(config)
+    assert it._batches.steps_per_element == 512  # a Grain element: about 100 epochs here
+    for _ in range(3 * 512):
+        next(it)
+    rows = it._batches.rows(0)
+    assert rows.planned_epochs >= 300 and rows.most_rows_per_epoch == 10
+    state = it.get_state()
+    restored = fresh(config)
+    message = r"lies in about epoch [\d,]+ of source 'a', whose sequence_selector decides"
+    with pytest.raises(ValueError, match=message):  # 300 epochs of 6 documents at once
+        within_a_second(lambda: restored.set_state(state))
+    replay = r"plans epochs 0..\d+ and more at once, over 1,000 documents"
+    with pytest.raises(ValueError, match=replay):  # the plan's own bound
+        fresh(config)._batches.rows(0).locate(np.array([3000]))
+
+
 def test_step_beyond_int64_slots_is_refused(tmp_path):
     config = pipeline(small_corpus(tmp_path / "c"))
     state, it = state_after(config, 1) | {"step": 2**62}, fresh(config)

@@ -143,9 +143,20 @@ class EpochRows:
 
     rows_per_epoch: int | None
     _epoch_starts: np.ndarray
+    replay_limit: int | None = None  # most documents (or blocks) one locate may plan
 
     def rows_in_epoch(self, epoch: int) -> int:
         raise NotImplementedError
+
+    @property
+    def planned_epochs(self) -> int:
+        """Epochs whose rows are counted: locating past them plans more epochs."""
+        return len(self._epoch_starts) - 1
+
+    @property
+    def most_rows_per_epoch(self) -> int:
+        """Rows an epoch has at most (subclasses that cannot bound it give epoch 0's)."""
+        return self.rows_in_epoch(0)
 
     @property
     def epoch_items(self) -> int:
@@ -159,8 +170,16 @@ class EpochRows:
         if self.rows_per_epoch is not None:
             return np.divmod(occurrences, self.rows_per_epoch)
         top = int(occurrences.max(initial=0))
+        first, limit = self.planned_epochs, self.replay_limit
         while self._epoch_starts[-1] <= top:
             e = len(self._epoch_starts) - 1
+            if limit is not None and (e + 1 - first) * self.epoch_items > limit:
+                raise ValueError(
+                    f"row {top:,} of this stream lies past epoch {e:,}: reaching it plans "
+                    f"epochs {first:,}..{e:,} and more at once, over {limit:,} documents (or "
+                    "blocks) shuffled (hours), which grainpack refuses. Check the step (a "
+                    "corrupt checkpoint state?)"
+                )
             nxt = self._epoch_starts[-1] + self.rows_in_epoch(e)
             self._epoch_starts = np.append(self._epoch_starts, nxt)
         epochs = np.searchsorted(self._epoch_starts, occurrences, side="right") - 1
@@ -241,6 +260,13 @@ class SourceRows(EpochRows):
     @property
     def epoch_items(self) -> int:
         return len(self.lengths)
+
+    @property
+    def most_rows_per_epoch(self) -> int:
+        """Rows of an epoch that keeps every document: a selector only drops some."""
+        if self.rows_per_epoch is not None:
+            return self.rows_per_epoch
+        return -(-self._unselected_total // (self.block + 1))
 
     def rows_in_epoch(self, epoch: int) -> int:
         """Rows in ``epoch`` (constant unless a selector changes the epoch's documents)."""

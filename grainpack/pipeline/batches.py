@@ -216,6 +216,7 @@ class PipelineBatches:
                 rows = BlockedRows(
                     source, order=order, selector=selector, block_tokens=totals, **options
                 )
+            rows.replay_limit = MAX_REPLAY_DOCUMENTS  # what one plan may replay
             self._rows[j] = rows
         return rows
 
@@ -414,8 +415,11 @@ class PipelineBatches:
         """Raises ``ValueError``, stating the cost, if planning steps ``[step, step + steps)``
         needs more work than grainpack allows: slots past ``MAX_SLOT``, counting more than
         ``MAX_SLOTS`` earlier slots (several sources), or replaying more than
-        ``MAX_REPLAY_DOCUMENTS`` document shuffles of earlier epochs (a ``sequence_selector``).
-        Costs nothing else: it runs before any counting.
+        ``MAX_REPLAY_DOCUMENTS`` document shuffles of epochs this process has not planned
+        yet (a ``sequence_selector``; a run plans one epoch at a time, a restore all those
+        before its step). Costs nothing else: it runs before any counting, with a lower
+        bound of the epochs (each holds at most the rows of all documents); the planning
+        itself stops at the same limit.
         """
         size = self.config.global_batch_size
         end = (step + steps) * size
@@ -434,13 +438,13 @@ class PipelineBatches:
             if rows.rows_per_epoch is not None:  # epochs located by a division
                 continue
             used = self._rows_bound(step, steps) if used is None else used
-            epochs = used[j] / rows.rows_in_epoch(0)
-            work = epochs * rows.epoch_items
+            epochs = used[j] / rows.most_rows_per_epoch  # epochs reached, at least
+            work = (epochs - rows.planned_epochs) * rows.epoch_items
             if work > MAX_REPLAY_DOCUMENTS:
                 raise ValueError(
                     f"step {step:,} lies in about epoch {epochs:,.0f} of source {names[j]!r}, "
                     "whose sequence_selector decides each epoch's documents: reaching it plans "
-                    f"every earlier epoch, about {work:,.0f} documents (or blocks) shuffled "
+                    f"the epochs before it, at least {work:,.0f} documents (or blocks) shuffled "
                     "(hours); "
                     f"grainpack refuses more than MAX_REPLAY_DOCUMENTS={MAX_REPLAY_DOCUMENTS:,}. "
                     "Check the step (a corrupt checkpoint state?)"
