@@ -461,6 +461,14 @@ def merge_corpora(
     corpus (format version 2), so the blocked order never scans a merged corpus. The parts
     must agree on ``dtype``, ``vocab_size``, ``eos_id`` and ``tokenizer``.
 
+    Args:
+        parts: Native corpus directories, in the order their documents are concatenated.
+        out: Output corpus directory, on the parts' filesystem.
+        overwrite: Replace a complete corpus at ``out``.
+
+    Returns:
+        The merged corpus, opened.
+
     Raises:
         CorpusError: A part is not a complete native corpus, its offsets are corrupt, or the
           parts disagree.

@@ -103,7 +103,17 @@ def convert_npy(
     ``eos_id`` (a document ends with its eos; tokens after the last one form a final
     document). A 2-D array is one document per row (rows are stored whole: padding is not
     removed). Files are read in the given order; a directory stands for its ``*.npy`` files
-    in sorted order. Options are those of ``CorpusWriter`` (``eos_id`` is also recorded).
+    in sorted order.
+
+    Args:
+        paths: A file, a directory, or a sequence of them, read in the given order.
+        out: Output corpus directory.
+        dtype, vocab_size, shard_tokens, overwrite: As in :func:`write_corpus`.
+        eos_id: Split 1-D arrays after every ``eos_id`` (also recorded in the manifest).
+        progress: Show a progress bar (tqdm) over the tokens.
+
+    Returns:
+        The written corpus, opened.
 
     Raises:
         ValueError/TypeError: A file is not a 1-D/2-D integer array, or an id does not fit
@@ -167,6 +177,16 @@ def convert_jsonl(
     Each non-blank line is one document: a JSON list of token ids, or a JSON object whose
     ``field`` is one.
     Blank lines are skipped. A directory stands for its ``*.jsonl``/``*.jsonl.gz`` files, sorted.
+
+    Args:
+        paths: A file, a directory, or a sequence of them, read in the given order.
+        out: Output corpus directory.
+        field: The key of the ids when lines are JSON objects.
+        dtype, vocab_size, eos_id, shard_tokens, overwrite: As in :func:`write_corpus`.
+        progress: Show a progress bar (tqdm) over the input bytes.
+
+    Returns:
+        The written corpus, opened.
 
     Raises:
         ValueError: A line is not JSON, lacks ``field``, or holds bad ids (names ``file:line``);

@@ -275,13 +275,18 @@ def describe_corpus(
 ) -> dict[str, Any]:
     """Corpus statistics for ``grainpack inspect`` (JSON-serialisable plain types).
 
-    ``source`` is an opened corpus or a path for :func:`~grainpack.corpus.open_corpus`.
+    Args:
+        source: An opened corpus or a path for :func:`~grainpack.corpus.open_corpus`.
+        progress: Show a progress bar (tqdm) over the token scan.
+        chunk_tokens: Tokens read at a time by the scan for ``max_token_id``.
 
-    Keys: ``documents``, ``tokens``, ``dtype``, ``vocab_size``, ``eos_id``, ``shards``,
-    ``fingerprint``, ``empty_documents``, ``length`` (document-length ``p0``, ``p50``, ``p90``,
-    ``p99``, ``p100`` by linear interpolation, and ``mean``; ``None`` without documents),
-    ``max_token_id`` (chunked scan of the tokens; ``None`` without tokens) and ``tokenizer``
-    (what the corpus records about its tokenizer, or ``None``).
+    Returns:
+        A dict with the keys ``documents``, ``tokens``, ``dtype``, ``vocab_size``,
+        ``eos_id``, ``shards``, ``fingerprint``, ``empty_documents``, ``length``
+        (document-length ``p0``, ``p50``, ``p90``, ``p99``, ``p100`` by linear
+        interpolation, and ``mean``; ``None`` without documents), ``max_token_id`` (chunked
+        scan of the tokens; ``None`` without tokens) and ``tokenizer`` (what the corpus
+        records about its tokenizer, or ``None``).
 
     Example:
         >>> import tempfile

@@ -472,8 +472,25 @@ def write_corpus(
 ) -> TokenShardSource:
     """Writes ``documents`` (each a 1-D sequence of ids) as a native corpus and opens it.
 
-    Options are those of :class:`CorpusWriter`. With ``overwrite=True`` the documents may be
-    read from the corpus being replaced: it stays in place until the new one is complete.
+    With ``overwrite=True`` the documents may be read from the corpus being replaced: it
+    stays in place until the new one is complete.
+
+    Args:
+        path: Output directory (as :class:`CorpusWriter`'s ``path``).
+        documents: Iterable of 1-D integer sequences (lists, numpy arrays), one per document;
+            empty ones are stored.
+        dtype: ``"uint16"``, ``"uint32"`` or ``None`` (``"uint32"`` when ``vocab_size``
+            exceeds 65536, else ``"uint16"``).
+        vocab_size: If given, every id must be below it; stored in the manifest.
+        eos_id: End-of-document id recorded in the manifest (not inserted).
+        shard_tokens: Token budget per shard file.
+        overwrite: Replace a complete corpus at ``path``.
+        tokenizer: What made the ids (a JSON object), recorded in the manifest.
+        shuffle: If given, the seed of a random order the documents are stored in (the
+            manifest records it as ``"shuffle_seed"``).
+
+    Returns:
+        The written corpus, opened (:func:`open_corpus`).
 
     Example:
         >>> import tempfile

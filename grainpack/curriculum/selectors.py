@@ -95,6 +95,11 @@ class BucketReport:
 class LinearRamp:
     """Rates moving linearly from ``start`` (epoch 0) to ``end`` (epoch ``epochs`` onwards).
 
+    Args:
+      start: Keep rate of each bucket in epoch 0, in ``[0, 1]``.
+      end: Keep rate of each bucket from epoch ``epochs`` on.
+      epochs: Epochs the ramp takes (>= 1).
+
     Example:
       >>> LinearRamp(start=(1.0, 0.0), end=(1.0, 1.0), epochs=4).rates(1)
       (1.0, 0.25)
@@ -437,6 +442,10 @@ class Chain:
     Two :class:`LengthBuckets` in a chain draw the same per-document hash, so together they
     keep ``min`` of their rates (e.g. a fixed cap on long documents around a bandit).
 
+    Args:
+      *selectors: One or more ``(order, seed, epoch) -> order`` selectors, applied first to
+        last.
+
     Example:
       >>> import tempfile, numpy as np, grainpack as gp
       >>> src = gp.write_corpus(tempfile.mkdtemp(), [np.ones(n, int) for n in (3, 5, 50, 70)])
@@ -517,6 +526,10 @@ class PerSource:
     say which source an order is from, so it only binds (the pipeline calls
     ``bind(name, corpus)`` for every source).
     Give every source its own :class:`LengthBandit`: its epochs are that source's epochs.
+
+    Args:
+      selectors: Source name -> its selector (``None``: no selection for that source); the
+        names must be the pipeline's sources.
 
     Example:
       >>> import tempfile, numpy as np, grainpack as gp

@@ -50,6 +50,11 @@ class Stage(NamedTuple):
     weights move linearly from the previous stage's at step ``start`` to these at
     ``start + ramp``.
 
+    Attributes:
+        start: First global step of the stage (the first stage starts at 0).
+        weights: The stage's weights (see above).
+        ramp: Steps over which the weights move from the previous stage's (0: at once).
+
     Example:
         >>> Stage(50_000, {"web": 0.3, "math": 0.7}, ramp=1_000).ramp
         1000

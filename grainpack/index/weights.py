@@ -93,6 +93,13 @@ def token_premiums(
     tokenizer's compression on language ``j``. Their ratio is the tokens language ``j`` needs per
     reference byte of content. See :func:`content_probabilities` for a worked example.
 
+    Args:
+        byte_premiums: UTF-8 bytes per reference byte of content, per language (> 0).
+        bytes_per_token: The tokenizer's bytes per token on each language (> 0).
+
+    Returns:
+        Tokens per reference byte of content, per language.
+
     Example:
         >>> token_premiums([1.0, 1.4], [4.0, 2.8])
         (0.25, 0.5)

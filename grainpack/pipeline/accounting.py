@@ -136,6 +136,14 @@ def window_shares(
     """Realized share of rows per source over global steps ``[start_step, stop_step)``
     (exact counts of the slot hash under each step's weights).
 
+    Args:
+      config: The pipeline (or its :class:`PipelineBatches`, which keeps counts cached).
+      start_step: First global step of the window.
+      stop_step: End of the window (excluded).
+
+    Returns:
+      Source name -> fraction of the window's rows it took (all 0.0 for an empty window).
+
     Example:
       >>> import grainpack as gp
       >>> cfg = gp.PipelineConfig(sources={"a": "/a", "b": "/b"}, block=8, global_batch_size=4,
@@ -160,6 +168,14 @@ def target_shares(
     weights, or with a schedule their mean over those steps (those of ``start_step`` for an
     empty range). Compare with :func:`window_shares`.
 
+    Args:
+      config: The pipeline (or its :class:`PipelineBatches`).
+      start_step: First global step of the window.
+      stop_step: End of the window (excluded).
+
+    Returns:
+      Source name -> expected fraction of the window's rows.
+
     Example:
       >>> import grainpack as gp
       >>> cfg = gp.PipelineConfig(sources={"a": "/a", "b": "/b"}, block=8, global_batch_size=4,
@@ -182,6 +198,18 @@ def selector_report(config: PipelineConfig | PipelineBatches, source: str, epoch
     ``j``) and, under :class:`~grainpack.BlockedOrder`, per (block, bucket). The selector's
     own ``report`` (a :class:`~grainpack.BucketReport` for :class:`~grainpack.LengthBuckets`,
     a tuple of them for a :class:`~grainpack.Chain`), over every document of the corpus.
+
+    Args:
+      config: The pipeline (or its :class:`PipelineBatches`).
+      source: The source's name in ``config.sources``.
+      epoch: The source's epoch (an online schedule must have decided it).
+
+    Returns:
+      The selector's report of ``epoch``.
+
+    Raises:
+      ValueError: ``source`` is not a source, or has no selector.
+      TypeError: its selector has no ``report``.
 
     Example:
       >>> import tempfile, numpy as np, grainpack as gp

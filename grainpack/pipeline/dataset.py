@@ -591,7 +591,17 @@ def make_data_loader(
     batch ``t``), the sampler a :class:`StepSampler`, and the process split is Grain's own
     ``ShardOptions(process_index, process_count)``. DataLoader checkpoints keep Grain's
     rules: restore with the same worker and process counts (use :func:`make_dataset` for
-    elastic restores). ``max_index_bytes`` is :func:`make_dataset`'s.
+    elastic restores).
+
+    Args:
+      config: The pipeline.
+      process_index, process_count: This process and the number of processes (default:
+        JAX's, as in :func:`make_dataset`).
+      worker_count: Grain worker processes (0: read in this process).
+      max_index_bytes: As in :func:`make_dataset`.
+
+    Returns:
+      A ``grain.DataLoader`` yielding this process's batches, step by step.
 
     Example:
       >>> import tempfile, numpy as np, grainpack as gp
