@@ -144,6 +144,7 @@ def test_errors_write_nothing(tmp_path):
         ([good], {"tokenizer": vocab, "dtype": "uint16"}, r"\(70,000 ids\) does not"),
         ([good], {"eos": 65_536, "dtype": "uint16"}, r"\(65,537 ids with eos\) does not"),
         ([good], {"field": 3}, "no text in field=3"),
+        ([good], {"eos": 3_000_000_000}, "eos id 3,000,000,000 is beyond the largest id"),
     ]
     for inputs, options, message in cases:
         options = {"tokenizer": "bytes", "part_bytes": 1000, **options}
@@ -155,6 +156,9 @@ def test_errors_write_nothing(tmp_path):
                 build_corpus(inputs, tmp_path / "new" / "sub" / "out", workers=workers, **options)
             assert not (tmp_path / "new").exists(), (inputs, options)
     assert build_corpus(good, out, tokenizer=vocab, workers=1).dtype == np.uint32
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(gp.CorpusExistsError, match="afile is a file, not a folder"):
+        build_corpus(good, tmp_path / "afile" / "out", tokenizer="bytes", workers=1)
 
 
 def test_a_failed_rebuild_keeps_the_old_corpus(tmp_path):
@@ -309,6 +313,73 @@ def test_killed_build_leaves_no_corpus_and_resumes(tmp_path, tokenizer_files):
     assert not parts.exists()
     kept = [int(name.split("-")[1]) for name in done]
     assert all(os.stat(out / f"tokens-{k:05d}.bin").st_ino == done[f"part-{k:05d}"] for k in kept)
+
+
+@pytest.mark.slow
+def test_a_build_whose_worker_dies_fails_keeping_its_parts_and_resumes(tmp_path):
+    # A worker killed mid-part (the OOM killer) lost its task: the build waited forever.
+    from dying_tokenizer import DyingOnce
+
+    texts = [f"document {k}" for k in range(12)]
+    texts[7] = "DIE"
+    inputs = [write_input(tmp_path / f"{k:02d}.jsonl", [t]) for k, t in enumerate(texts)]
+    out = tmp_path / "out"
+    tokenizer = DyingOnce(str(tmp_path / "died"))
+    with pytest.raises(build.WorkerDied, match=r"a build worker process died \(killed, or out of"):
+        build_corpus(inputs, out, tokenizer=tokenizer, workers=2, part_bytes=1)
+    assert (tmp_path / "died").exists() and not out.exists()
+    kept = list(tmp_path.glob(".out.parts/part-*/manifest.json"))
+    planned = json.loads((tmp_path / ".out.parts" / "plan.json").read_text())["parts"]
+    assert 0 < len(kept) < len(planned)  # the dead worker's part is not complete
+    resumed = build_corpus(inputs, out, tokenizer="bytes", workers=2, part_bytes=1)
+    assert [bytes(d.astype(np.uint8)).decode() for d in resumed] == texts
+
+
+@pytest.mark.slow
+def test_a_killed_builds_workers_exit_and_the_same_command_resumes_at_once(tmp_path):
+    # Kill only the build (not its process group) while its workers are inside long parts:
+    # they used to live on, holding the locks of their parts, and the rerun failed and
+    # deleted the complete parts.
+    texts = [f"document {k}" for k in range(4)] + ["SLOW"] * 4
+    inputs = [write_input(tmp_path / f"{k:02d}.jsonl", [t]) for k, t in enumerate(texts)]
+    out, slow = tmp_path / "out", tmp_path / "slow"
+    slow.mkdir()
+    code = (
+        "from dying_tokenizer import SlowOn; from grainpack.corpus.build import build_corpus; "
+        f"build_corpus({[str(p) for p in inputs]}, {str(out)!r}, "
+        f"tokenizer=SlowOn(60, {str(slow)!r}), workers=2, part_bytes=1)"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{Path(__file__).parent}"}
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list(slow.iterdir())) < 2:  # both workers inside SLOW parts (a minute each)
+        assert child.poll() is None and time.monotonic() < deadline, "no worker is slow"
+        time.sleep(0.01)
+    workers = [p for p in Path("/proc").glob("[0-9]*") if parent_pid(p) == child.pid]
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert workers
+    deadline = time.monotonic() + 10
+    while [w for w in workers if running(w)]:
+        assert time.monotonic() < deadline, "the killed build's workers live on"
+        time.sleep(0.05)
+    resumed = build_corpus(inputs, out, tokenizer="bytes", workers=2, part_bytes=1)
+    assert [bytes(d.astype(np.uint8)).decode() for d in resumed] == texts
+
+
+def parent_pid(proc: Path) -> int | None:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def running(proc: Path) -> bool:
+    """Whether ``/proc/<pid>`` is a process that has not exited (not a zombie)."""
+    try:
+        return (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def test_corpora_without_a_tokenizer_keep_their_fingerprint(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -95,6 +96,13 @@ def test_parquet_errors(tmp_path):
     (tmp_path / "b.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(ValueError, match=r"b\.parquet: not a readable Parquet file"):
         find_inputs(tmp_path / "b.parquet")
+    # a string column whose row 2 is not UTF-8 (written from raw buffers)
+    offsets = pa.py_buffer(np.array([0, 2, 3, 6], np.int32).tobytes())
+    column = pa.Array.from_buffers(pa.string(), 3, [None, offsets, pa.py_buffer(b"okx\xff\xfex")])
+    pq.write_table(pa.table({"text": column}), tmp_path / "c.parquet")
+    (file,) = find_inputs(tmp_path / "c.parquet")
+    with pytest.raises(ValueError, match=r"c\.parquet: row 2 of column 'text' is not UTF-8 text"):
+        list(read_documents(TextSlice(file, 0, 1)))
 
 
 def test_corrupt_parquet_pages_are_errors_not_other_text(tmp_path):
@@ -159,9 +167,13 @@ def test_jsonl_errors_name_the_file_and_byte(tmp_path):
         ('{"text": "ok"}\n[1, 2]\n', r"\(found list\)"),
         ('{"text": "ok"}\n{"text": \n', "invalid JSON in the line at byte 15"),
         ('{"text": "ok"}\n{"text": "a\\ud800"}\n', r"byte 15 holds a lone surrogate \('\\ud800'"),
+        # UTF-8 that encodes a surrogate (json.loads of bytes lets it through)
+        (b'{"text": "ok"}\n{"text": "a\xed\xa0\x80b"}\n', "not UTF-8 text at byte 26"),
+        ('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}\n", "byte 0 cannot be read .maximum"),
+        ('{"text": 1' + "0" * 5000 + "}\n", "byte 0 cannot be read .Exceeds the limit"),
     ]
     for content, message in cases:
-        path.write_text(content)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
         (file,) = find_inputs(path)
         with pytest.raises(ValueError, match=message):
             list(read_documents(TextSlice(file, 0, file.size)))

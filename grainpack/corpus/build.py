@@ -17,6 +17,7 @@ failed one (bad input) removes what it wrote.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -25,6 +26,7 @@ import multiprocessing
 import os
 import queue
 import shutil
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,15 +34,15 @@ from typing import Any
 import numpy as np
 import tqdm
 
-from grainpack.corpus.errors import CorpusError, CorpusExistsError
+from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.native import FORMAT_VERSION, MANIFEST_NAME, read_manifest
+from grainpack.corpus.native import FORMAT_VERSION, MANIFEST_NAME, MAX_TOKEN_ID, read_manifest
 from grainpack.corpus.shards import check_offsets
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, shard_totals
 from grainpack.corpus.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
 from grainpack.corpus.tokenizers import Tokenizer, load_tokenizer
-from grainpack.corpus.transaction import Transaction, write_lock
+from grainpack.corpus.transaction import Transaction, exit_with_parent, write_lock
 from grainpack.corpus.writer import CorpusWriter
 
 __all__ = ["BuildPlan", "build_corpus", "build_part", "merge_corpora", "plan_build"]
@@ -113,7 +115,12 @@ def plan_build(
         dtype = "uint16" if vocab_size <= 1 << 16 else "uint32"
     if dtype not in ("uint16", "uint32"):
         raise ValueError(f"dtype must be 'uint16', 'uint32' or None, got {dtype=}")
-    limit = int(np.iinfo(dtype).max) + 1
+    if eos_id is not None and eos_id > MAX_TOKEN_ID:
+        raise ValueError(
+            f"eos id {eos_id:,} is beyond the largest id a corpus holds ({MAX_TOKEN_ID:,}: "
+            "batches hold int32); pass the tokenizer's end-of-text id"
+        )
+    limit = min(int(np.iinfo(dtype).max), MAX_TOKEN_ID) + 1
     if vocab_size > limit:
         raise ValueError(
             f"the tokenizer's vocabulary ({vocab_size:,} ids"
@@ -194,10 +201,16 @@ _PROGRESS: Any = None  # the queue a worker process reports to
 def _init_worker(progress: Any) -> None:
     global _PROGRESS
     _PROGRESS = progress
+    exit_with_parent()  # a killed build leaves no worker writing a part
 
 
 def _worker_part(plan: BuildPlan, index: int, path: str) -> tuple[int, int]:
+    _PROGRESS.put((index, os.getpid()))  # which process builds the part
     return build_part(plan, index, path, report=lambda d, t: _PROGRESS.put((index, d, t)))
+
+
+class WorkerDied(ChildProcessError):
+    """A build worker process died (killed, or out of memory) while building a part."""
 
 
 def task_plan(plan: BuildPlan, index: int | None = None) -> BuildPlan:
@@ -249,8 +262,9 @@ def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list
 
     Complete parts of the same plan (a killed build) are kept; anything else there is
     removed. If the body raises (bad input, a failed part), everything the build wrote is
-    removed; on success the caller merges and the parts folder is removed afterwards.
-    Nothing is written at ``OUT`` until the merge publishes the corpus.
+    removed, unless the build can be resumed (:func:`_resumable`); on success the caller
+    merges and the parts folder is removed afterwards. Nothing is written at ``OUT`` until
+    the merge publishes the corpus.
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -262,7 +276,13 @@ def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list
         )
     stage = parts_folder(out)
     created = [p for p in (stage, *stage.parents) if not p.exists()]  # removed on failure
-    stage.parent.mkdir(parents=True, exist_ok=True)
+    for folder in out.parents:
+        if folder.exists() and not folder.is_dir():
+            raise CorpusExistsError(f"{folder} is a file, not a folder; choose another output")
+    try:
+        stage.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # permissions, a read-only file system
+        raise os_error(err, "creating the folder of", out) from None
     try:
         lock = write_lock(stage)  # one build of OUT at a time: the parts folder is its own
     except CorpusExistsError as err:
@@ -271,7 +291,7 @@ def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list
         yield from _staged(stage, plan)
     except BaseException as err:
         lock.release()  # its file is in the folders to remove
-        if not isinstance(err, KeyboardInterrupt):  # an interrupted build may be resumed
+        if not _resumable(err):
             for folder in created[1:]:  # the folders made for OUT, if still empty
                 with contextlib.suppress(OSError):
                     folder.rmdir()
@@ -296,10 +316,17 @@ def _staged(stage: Path, plan: BuildPlan) -> Iterator[list[Path]]:
     try:
         yield todo
     except BaseException as err:
-        if not isinstance(err, KeyboardInterrupt):
+        if not _resumable(err):
             shutil.rmtree(stage, ignore_errors=True)
         raise
     shutil.rmtree(stage, ignore_errors=True)
+
+
+def _resumable(err: BaseException) -> bool:
+    """Whether a build that raised ``err`` keeps its complete parts for the same command to
+    resume: an interrupt, a dead worker, or a corpus in the way (a part still written by
+    another process, or a corpus published at ``OUT`` meanwhile), not bad input."""
+    return isinstance(err, KeyboardInterrupt | WorkerDied | CorpusExistsError)
 
 
 def _staged_key(plan_file: Path) -> str | None:
@@ -422,23 +449,53 @@ def part_index(path: Path) -> int:
 
 
 def _run_processes(plan: BuildPlan, todo: list[Path], workers: int, bar: Progress) -> None:
-    """Builds the parts in ``workers`` spawned processes; the bar counts what they report."""
+    """Builds the parts in ``workers`` spawned processes; the bar counts what they report.
+
+    Raises:
+        WorkerDied: a worker died while building a part (the complete parts are kept).
+    """
     context = multiprocessing.get_context("spawn")
     reports = context.Queue()
     tasks = [(task_plan(plan, part_index(p)), part_index(p), str(p)) for p in todo]
     seen = {task[1]: [0, 0] for task in tasks}  # part -> reported (documents, tokens)
-    with context.Pool(workers, initializer=_init_worker, initargs=(reports,)) as pool:
-        pending = {task[1]: pool.apply_async(_worker_part, task) for task in tasks}
+    builders: dict[int, int] = {}  # part -> the process building it
+    pending: dict[int, concurrent.futures.Future] = {}
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_init_worker, initargs=(reports,)
+    )
+    try:
+        pending = {task[1]: pool.submit(_worker_part, *task) for task in tasks}
         while pending:
             with contextlib.suppress(queue.Empty):
-                index, documents, tokens = reports.get(timeout=0.1)
-                if index in pending:  # a report that arrives after its part's result is late
-                    seen[index][0] += documents
-                    seen[index][1] += tokens
-                    bar.update(documents, tokens)
-            for index in [k for k, r in pending.items() if r.ready()]:
-                documents, tokens = pending.pop(index).get()  # raises the worker's error
+                index, *report = reports.get(timeout=0.1)
+                if len(report) == 1:
+                    builders[index] = report[0]
+                elif index in pending:  # a report after its part's result is late
+                    seen[index][0] += report[0]
+                    seen[index][1] += report[1]
+                    bar.update(*report)
+            for index in [k for k, f in pending.items() if f.done()]:
+                try:
+                    documents, tokens = pending.pop(index).result()  # the worker's error
+                except concurrent.futures.process.BrokenProcessPool:
+                    raise WorkerDied(
+                        "a build worker process died (killed, or out of memory?); the complete "
+                        f"parts are kept in {todo[0].parent}: run the same command again to "
+                        "build the rest (with fewer workers if memory ran out)"
+                    ) from None
                 bar.part_done((documents - seen[index][0], tokens - seen[index][1]))
+    except BaseException:
+        # Stop the parts still being built (a failed build removes its folder, and an
+        # interrupted one is resumed by the next, which must not meet their locks): the pool
+        # sees them die and terminates its other workers. (Shutting it down first would
+        # wait for workers blocked on its queue, whose lock a killed one may hold.)
+        mine = {p.pid for p in multiprocessing.active_children()}
+        for pid in {builders[k] for k in pending if k in builders} & mine:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 # -- merge -------------------------------------------------------------------------------------

@@ -316,14 +316,19 @@ def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
     for position, line in _lines(piece):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
+        try:  # strict: UTF-8 encoding a surrogate is refused (json.loads would pass it)
+            record = json.loads(line.decode("utf-8"))
         except UnicodeDecodeError as err:
             raise _decode_error(path, position, err) from None
         except json.JSONDecodeError as err:
             raise ValueError(
                 f"{path}: invalid JSON in the line at byte {position} ({err.msg}); each line "
                 "must be one JSON object"
+            ) from None
+        except (ValueError, RecursionError) as err:  # a huge number, deep nesting
+            raise ValueError(
+                f"{path}: the JSON line at byte {position} cannot be read ({err}); fix or drop "
+                "that record"
             ) from None
         text = record.get(field) if isinstance(record, dict) else None
         if not isinstance(text, str):
@@ -384,7 +389,13 @@ def _parquet_documents(piece: TextSlice, field: str) -> Iterator[str]:
                 ) from err
             if batch is None:
                 return
-            texts = batch.column(0).to_pylist()
+            try:
+                texts = batch.column(0).to_pylist()
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{piece.file.path}: row {rows + _first_undecodable(batch.column(0))} of "
+                    f"column {field!r} is not UTF-8 text ({err.reason}); fix or drop that row"
+                ) from None
             if None in texts:
                 raise ValueError(
                     f"{piece.file.path}: row {rows + texts.index(None)} has no text (null "
@@ -392,6 +403,16 @@ def _parquet_documents(piece: TextSlice, field: str) -> Iterator[str]:
                 )
             rows += len(texts)
             yield from texts
+
+
+def _first_undecodable(column: Any) -> int:
+    """The index of the first value of a string column that is not UTF-8."""
+    for k in range(len(column)):
+        try:
+            column[k].as_py()
+        except UnicodeDecodeError:
+            return k
+    return 0
 
 
 def read_documents(piece: TextSlice, *, field: str = "text", lines: bool = False) -> Iterator[str]:

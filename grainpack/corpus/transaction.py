@@ -29,9 +29,11 @@ import errno
 import fcntl
 import glob
 import json
+import multiprocessing
 import os
 import secrets
 import shutil
+import threading
 import weakref
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,7 @@ from typing import Any
 from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
 from grainpack.corpus.native import MANIFEST_NAME, SHARD_FILE, PathLike
 
-__all__ = ["Transaction", "write_lock"]
+__all__ = ["Transaction", "exit_with_parent", "write_lock"]
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
@@ -279,3 +281,20 @@ def _abandon(staging: Path, lock: _Lock) -> None:
     """Removes an unpublished staging folder and releases the lock."""
     shutil.rmtree(staging, ignore_errors=True)
     lock.release()
+
+
+def exit_with_parent() -> None:
+    """In a child process: exit once the process that started it is gone (killed, even by
+    SIGKILL), instead of living on as an orphan that holds its memory and, in a build, the
+    lock of the part it writes (the next build of the same output would meet it). A daemon
+    thread waits on the parent's sentinel, which is ready once the parent has exited (even
+    before this runs). Does nothing in a main process."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="grainpack-orphan-watch", daemon=True).start()

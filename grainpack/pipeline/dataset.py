@@ -15,8 +15,6 @@ import dataclasses
 import hashlib
 import logging
 import multiprocessing
-import os
-import threading
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +24,7 @@ import jax
 import numpy as np
 from absl import flags
 
+from grainpack.corpus.transaction import exit_with_parent
 from grainpack.index.checks import check_int, is_int
 from grainpack.pipeline.batches import FORMAT_VERSION, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
@@ -81,19 +80,9 @@ def process_index_and_count(
 
 
 def exit_with_the_consumer(worker_index: int, worker_count: int) -> None:
-    """Grain worker init: the worker exits once the process that started it is gone (killed,
-    even by SIGKILL), instead of living on as an orphan that holds its memory. A daemon
-    thread waits on the parent's sentinel, which is ready once the parent has exited (even
-    before this runs)."""
-    parent = multiprocessing.parent_process()  # None only in a main process
-    if parent is None:
-        return
-
-    def watch() -> None:
-        parent.join()
-        os._exit(1)
-
-    threading.Thread(target=watch, name="grainpack-orphan-watch", daemon=True).start()
+    """Grain worker init: the worker exits once the process that started it is gone
+    (:func:`~grainpack.corpus.transaction.exit_with_parent`)."""
+    exit_with_parent()
 
 
 def _absl_flags_parsed() -> None:
