@@ -22,7 +22,7 @@ import zstandard
 import grainpack as gp
 from grainpack.corpus import build
 from grainpack.corpus.build import build_corpus, merge_corpora, plan_build
-from grainpack.corpus.tokenizers import load_tokenizer
+from grainpack.corpus.tokenizers import ByteTokenizer, load_tokenizer
 from grainpack.corpus.transaction import write_lock
 from grainpack.corpus.verify import describe_corpus
 from grainpack.demo import documents
@@ -128,6 +128,11 @@ def big_tiktoken(path: Path, size: int) -> Path:
     return path
 
 
+class NotToBeCalled(ByteTokenizer):
+    def encode_batch(self, texts):
+        raise AssertionError("tokenized before the output was checked")
+
+
 def test_errors_write_nothing(tmp_path):
     good = write_input(tmp_path / "good.jsonl", TEXTS[:20])
     out = tmp_path / "out"
@@ -159,6 +164,11 @@ def test_errors_write_nothing(tmp_path):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(gp.CorpusExistsError, match="afile is a file, not a folder"):
         build_corpus(good, tmp_path / "afile" / "out", tokenizer="bytes", workers=1)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("x")
+    with pytest.raises(gp.CorpusExistsError, match=r"holds files that are not part of a corpus"):
+        build_corpus(good, tmp_path / "notes", tokenizer=NotToBeCalled(), workers=1)
+    assert not (tmp_path / ".notes.parts").exists()
 
 
 def test_a_failed_rebuild_keeps_the_old_corpus(tmp_path):

@@ -42,7 +42,7 @@ from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, shard_totals
 from grainpack.corpus.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
 from grainpack.corpus.tokenizers import Tokenizer, load_tokenizer
-from grainpack.corpus.transaction import Transaction, exit_with_parent, write_lock
+from grainpack.corpus.transaction import Transaction, check_target, exit_with_parent, write_lock
 from grainpack.corpus.writer import CorpusWriter
 
 __all__ = ["BuildPlan", "build_corpus", "build_part", "merge_corpora", "plan_build"]
@@ -267,18 +267,12 @@ def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list
     the merge publishes the corpus.
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise CorpusExistsError(f"{out} exists and is not a directory; choose another output")
-    if (out / MANIFEST_NAME).exists() and not overwrite:
-        raise CorpusExistsError(
-            f"{out} already holds a corpus ({MANIFEST_NAME} present); pass overwrite=True "
-            "to replace it"
-        )
-    stage = parts_folder(out)
-    created = [p for p in (stage, *stage.parents) if not p.exists()]  # removed on failure
     for folder in out.parents:
         if folder.exists() and not folder.is_dir():
             raise CorpusExistsError(f"{folder} is a file, not a folder; choose another output")
+    check_target(out, overwrite=overwrite)  # what the merge would refuse, before the work
+    stage = parts_folder(out)
+    created = [p for p in (stage, *stage.parents) if not p.exists()]  # removed on failure
     try:
         stage.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:  # permissions, a read-only file system

@@ -41,7 +41,7 @@ from typing import Any
 from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
 from grainpack.corpus.native import MANIFEST_NAME, SHARD_FILE, PathLike
 
-__all__ = ["Transaction", "exit_with_parent", "write_lock"]
+__all__ = ["Transaction", "check_target", "exit_with_parent", "write_lock"]
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
@@ -153,6 +153,13 @@ def _corpus_files(directory: Path, names: list[str]) -> set[str]:
         except (OSError, ValueError, RecursionError, TypeError, KeyError):
             pass  # an unreadable manifest: its shard files are recognised by name
     return own
+
+
+def check_target(path: PathLike, *, overwrite: bool) -> None:
+    """Raises now what publishing a corpus at ``path`` would raise later (a file or foreign
+    files in the way, a corpus without ``overwrite``, a mount point), so that a long job
+    (a build) fails before its work rather than after."""
+    _replaceable(_target(Path(path)), overwrite)
 
 
 def _replaceable(target: Path, overwrite: bool) -> bool:
