@@ -32,6 +32,7 @@ import pytest
 
 import grainpack as gp
 from grainpack.cli.main import main as cli_main
+from grainpack.index.stream import MIN_EPOCH_COST
 
 DOCS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12, 13]]
 
@@ -896,7 +897,9 @@ def test_replay_bound_counts_only_epochs_planned_at_once(tmp_path, monkeypatch):
     # (epochs hold at most every document); a restore far ahead is refused before any work.
     path = tmp_path / "c"
     gp.write_corpus(path, [np.arange(1, 9)] * 6)  # 6 documents of 8 tokens: 10 rows of 5
-    monkeypatch.setattr(gp.pipeline.batches, "MAX_REPLAY_DOCUMENTS", 1000)
+    # an element plans about 100 epochs here; allow 150 at once (each costs MIN_EPOCH_COST)
+    limit = 150 * MIN_EPOCH_COST
+    monkeypatch.setattr(gp.pipeline.batches, "MAX_REPLAY_DOCUMENTS", limit)
     config = pipeline(path, sequence_selector=keep_few_in_epoch_0)
     it = fresh(config)
     assert it._batches.steps_per_element == 512  # a Grain element: about 100 epochs here
@@ -909,9 +912,22 @@ def test_replay_bound_counts_only_epochs_planned_at_once(tmp_path, monkeypatch):
     message = r"lies in about epoch [\d,]+ of source 'a', whose sequence_selector decides"
     with pytest.raises(ValueError, match=message):  # 300 epochs of 6 documents at once
         within_a_second(lambda: restored.set_state(state))
-    replay = r"plans epochs 0..\d+ and more at once, over 1,000 documents"
+    replay = r"plans epochs 0..150 and more at once, over 2,457,600 document shuffles"
     with pytest.raises(ValueError, match=replay):  # the plan's own bound
         fresh(config)._batches.rows(0).locate(np.array([3000]))
+
+
+def test_a_small_source_bounds_the_epochs_replayed_too(tmp_path):
+    # 4 documents of 8 tokens, one row an epoch: 2**32 document shuffles would be 10**9
+    # epochs of about 0.5 ms each; every epoch counts as MIN_EPOCH_COST documents.
+    path = tmp_path / "c"
+    gp.write_corpus(path, [np.arange(1, 9)] * 4)
+    keep_all = gp.LengthBuckets(edges=(100,), rates=(1.0, 1.0))
+    config = pipeline(path, block=31, global_batch_size=1, sequence_selector=keep_all)
+    message = r"lies in about epoch [\d,]+ of source 'a'.*at least [\d,]+ document shuffles"
+    with pytest.raises(ValueError, match=message):
+        within_a_second(lambda: gp.mixture_accounting(config, 10_000_000))
+    assert gp.mixture_accounting(config, 3000)["a"].epoch == 3000  # allowed: about 2 s
 
 
 def test_step_beyond_int64_slots_is_refused(tmp_path):

@@ -26,6 +26,9 @@ from grainpack.index.orders import SequenceSelector, global_document_order, wind
 logger = logging.getLogger(__name__)
 
 WINDOW_ROWS = 256  # rows of spans computed at once for sequential requests
+# Planning an epoch costs at least about this many documents' shuffle (a fixed ~0.5 ms):
+# bounds on replayed work count every epoch as at least this many documents.
+MIN_EPOCH_COST = 1 << 14
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +152,11 @@ class EpochRows:
         raise NotImplementedError
 
     @property
+    def epoch_cost(self) -> int:
+        """Planning one epoch, in documents shuffled: its items, at least ``MIN_EPOCH_COST``."""
+        return max(self.epoch_items, MIN_EPOCH_COST)
+
+    @property
     def planned_epochs(self) -> int:
         """Epochs whose rows are counted: locating past them plans more epochs."""
         return len(self._epoch_starts) - 1
@@ -171,17 +179,21 @@ class EpochRows:
             return np.divmod(occurrences, self.rows_per_epoch)
         top = int(occurrences.max(initial=0))
         first, limit = self.planned_epochs, self.replay_limit
-        while self._epoch_starts[-1] <= top:
-            e = len(self._epoch_starts) - 1
-            if limit is not None and (e + 1 - first) * self.epoch_items > limit:
-                raise ValueError(
-                    f"row {top:,} of this stream lies past epoch {e:,}: reaching it plans "
-                    f"epochs {first:,}..{e:,} and more at once, over {limit:,} documents (or "
-                    "blocks) shuffled (hours), which grainpack refuses. Check the step (a "
-                    "corrupt checkpoint state?)"
-                )
-            nxt = self._epoch_starts[-1] + self.rows_in_epoch(e)
-            self._epoch_starts = np.append(self._epoch_starts, nxt)
+        starts = [int(self._epoch_starts[-1])]  # of the epochs planned now
+        try:
+            while starts[-1] <= top:
+                e = first + len(starts) - 1
+                if limit is not None and (e + 1 - first) * self.epoch_cost > limit:
+                    raise ValueError(
+                        f"row {top:,} of this stream lies past epoch {e:,}: reaching it plans "
+                        f"epochs {first:,}..{e:,} and more at once, over {limit:,} document "
+                        "shuffles (each epoch counts at least "
+                        f"{MIN_EPOCH_COST:,}; hours), which grainpack refuses. Check the step "
+                        "(a corrupt checkpoint state?)"
+                    )
+                starts.append(starts[-1] + self.rows_in_epoch(e))
+        finally:  # keep what was planned, once (appending per epoch copied every start)
+            self._epoch_starts = np.concatenate([self._epoch_starts, starts[1:]]).astype(np.int64)
         epochs = np.searchsorted(self._epoch_starts, occurrences, side="right") - 1
         return epochs, occurrences - self._epoch_starts[epochs]
 

@@ -33,7 +33,7 @@ from grainpack.index.layout import PackedRows, Part, pack_rows
 from grainpack.index.mixing import SlotMixer
 from grainpack.index.schedule import mean_probabilities
 from grainpack.index.slots import process_slots
-from grainpack.index.stream import SourceRows
+from grainpack.index.stream import MIN_EPOCH_COST, SourceRows
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.expand import compact_rows, expand_rows
 from grainpack.pipeline.gather import RowReader
@@ -439,13 +439,13 @@ class PipelineBatches:
                 continue
             used = self._rows_bound(step, steps) if used is None else used
             epochs = used[j] / rows.most_rows_per_epoch  # epochs reached, at least
-            work = (epochs - rows.planned_epochs) * rows.epoch_items
+            work = (epochs - rows.planned_epochs) * rows.epoch_cost
             if work > MAX_REPLAY_DOCUMENTS:
                 raise ValueError(
                     f"step {step:,} lies in about epoch {epochs:,.0f} of source {names[j]!r}, "
                     "whose sequence_selector decides each epoch's documents: reaching it plans "
-                    f"the epochs before it, at least {work:,.0f} documents (or blocks) shuffled "
-                    "(hours); "
+                    f"the epochs before it, at least {work:,.0f} document shuffles (each epoch "
+                    f"counts at least {MIN_EPOCH_COST:,}; hours); "
                     f"grainpack refuses more than MAX_REPLAY_DOCUMENTS={MAX_REPLAY_DOCUMENTS:,}. "
                     "Check the step (a corrupt checkpoint state?)"
                 )
