@@ -265,8 +265,11 @@ def test_merge_refuses_mismatched_parts_and_existing_output(tmp_path):
         merge_corpora([tmp_path / "a", tmp_path / "none"], tmp_path / "out")
     with pytest.raises(gp.CorpusExistsError, match="already holds a corpus"):
         merge_corpora([tmp_path / "a"], tmp_path / "b")
-    with pytest.raises(ValueError, match="out must not be one of the parts"):
+    with pytest.raises(ValueError, match=r"the output \S+/a is the part \S+/a or lies inside"):
         merge_corpora([tmp_path / "a"], tmp_path / "a", overwrite=True)
+    with pytest.raises(ValueError, match="or lies inside it; write the merged corpus elsewhere"):
+        merge_corpora([tmp_path / "a", tmp_path / "b"], tmp_path / "a" / "sub")
+    assert not (tmp_path / "a" / "sub").exists()
     with pytest.raises(ValueError, match="non-empty list"):
         merge_corpora([], tmp_path / "out")
     assert not (tmp_path / "out").exists()

@@ -547,8 +547,11 @@ def merge_corpora(
             )
         sources.append(open_corpus(path))  # schema and file sizes
         manifests.append(read_manifest(path))
-        if path.resolve() == out.resolve():
-            raise ValueError(f"out must not be one of the parts, got {out=}")
+        if path.resolve() == out.resolve() or path.resolve() in out.resolve().parents:
+            raise ValueError(
+                f"the output {out} is the part {path} or lies inside it; write the merged "
+                "corpus elsewhere"
+            )
     first = manifests[0]
     for path, m in zip(paths[1:], manifests[1:]):
         for key in ("dtype", "vocab_size", "eos_id", "tokenizer"):
