@@ -88,7 +88,7 @@ def _eos_id(eos: int | str | None, tokenizer: Tokenizer) -> int | None:
             raise ValueError(f"eos must be a non-negative id or a token string, got {eos=}")
         return eos
     if isinstance(eos, str):
-        return int(eos) if eos.isdigit() else tokenizer.token_id(eos)
+        return int(eos) if eos.isascii() and eos.isdigit() else tokenizer.token_id(eos)
     raise TypeError(f"eos must be an int id, a token string or None, got {eos!r}")
 
 
