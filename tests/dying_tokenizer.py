@@ -41,3 +41,19 @@ class SlowOn(ByteTokenizer):
             open(os.path.join(self.folder, str(os.getpid())), "w").close()
             time.sleep(self.seconds)
         return super().encode_batch(texts)
+
+
+class LibraryError(Exception):
+    """An exception a tokenizer library might define: it does not unpickle (two arguments)."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"error {code}: {detail}")
+
+
+class FailingOn(ByteTokenizer):
+    """Raises :class:`LibraryError` on the text ``FAIL``."""
+
+    def encode_batch(self, texts):
+        if "FAIL" in texts:
+            raise LibraryError(7, "cannot encode this text")
+        return super().encode_batch(texts)

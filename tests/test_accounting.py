@@ -117,7 +117,7 @@ def test_monitor_repeat_cap_warns_or_raises(paths):
         monitor.check(200)
     repeated = sorted(str(w.message).split("'")[1] for w in caught)
     assert repeated == ["big", "small"]  # both sources passed the cap by step 200
-    strict = gp.MixtureMonitor(cfg, window_steps=10, max_repeats=1, hard_cap=True)
+    strict = gp.MixtureMonitor(cfg, window_steps=10, max_repeats=1, hard_cap=np.True_)
     with pytest.raises(gp.RepeatCapExceeded, match="max_repeats=1"):
         strict.check(200)
 

@@ -170,6 +170,27 @@ def test_windows_unit_visits_every_window_once_per_epoch():
     assert seen[0] != seen[1]
 
 
+@pytest.mark.parametrize("boundary", [None, 0])
+def test_an_epoch_has_at_most_the_rows_of_every_document(tmp_path, boundary):
+    # The replay bound divides by this: with a selector, rows of an unselected epoch (an
+    # epoch 0 keeping few documents made far steps look many more epochs away).
+    rng = np.random.default_rng(1)
+    path = tmp_path / "c"
+    gp.write_corpus(path, [np.ones(n, int) for n in rng.integers(1, 60, 200)])
+    common = dict(sources={"c": str(path)}, block=8, global_batch_size=4, boundary_id=boundary)
+    order = BlockedOrder(block_docs=4, window_blocks=4)
+    ramp = gp.LinearRamp(start=(1.0, 0.0), end=(1.0, 1.0), epochs=1)
+    selected = PipelineBatches(
+        gp.PipelineConfig(
+            **common, order=order, sequence_selector=gp.LengthBuckets(edges=(10,), rates=ramp)
+        )
+    ).rows(0)
+    every = PipelineBatches(gp.PipelineConfig(**common, order=order)).rows(0)
+    assert selected.rows_per_epoch is None and every.rows_per_epoch is not None
+    assert selected.most_rows_per_epoch == every.rows_per_epoch == selected.rows_in_epoch(1)
+    assert selected.rows_in_epoch(0) < every.rows_per_epoch
+
+
 def test_rows_outside_the_epoch_are_refused():
     rows = blocked_rows([5, 5], 1, 1)
     with pytest.raises(IndexError, match=r"rows must lie in \[0, 2\)"):

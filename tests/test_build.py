@@ -349,6 +349,17 @@ def test_a_build_whose_worker_dies_fails_keeping_its_parts_and_resumes(tmp_path)
 
 
 @pytest.mark.slow
+def test_a_worker_error_that_does_not_unpickle_is_reported_not_a_dead_worker(tmp_path):
+    from dying_tokenizer import FailingOn
+
+    inputs = [write_input(tmp_path / f"{k}.jsonl", [t]) for k, t in enumerate("ab")]
+    inputs.append(write_input(tmp_path / "2.jsonl", ["FAIL"]))
+    with pytest.raises(RuntimeError, match=r"LibraryError: error 7: cannot encode this text"):
+        build_corpus(inputs, tmp_path / "out", tokenizer=FailingOn(), workers=2, part_bytes=1)
+    assert not (tmp_path / ".out.parts").exists()  # an error of the input: nothing kept
+
+
+@pytest.mark.slow
 def test_a_killed_builds_workers_exit_and_the_same_command_resumes_at_once(tmp_path):
     # Kill only the build (not its process group) while its workers are inside long parts:
     # they used to live on, holding the locks of their parts, and the rerun failed and

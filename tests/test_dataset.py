@@ -399,6 +399,42 @@ def test_a_refused_blocked_state_leaves_the_iterator_as_it_was(two_sources):
         np.testing.assert_array_equal(value, expected[key], err_msg=key)
 
 
+def test_a_refused_state_keeps_the_anchor_of_an_online_schedule(two_sources):
+    # With a bandit's weights, set_state drops the cached plans first (they may come from
+    # rolled-back decisions): a refused state must bring them back, the anchor included.
+    paths, _ = two_sources
+
+    def config():
+        bandit = gp.MixtureBandit(list(paths), stage_steps=10_000)
+        return gp.PipelineConfig(
+            sources=paths,
+            block=8,
+            global_batch_size=8,
+            seed=3,
+            order=gp.BlockedOrder(),
+            weights=bandit,
+        )
+
+    state = iter(gp.make_dataset(config(), process_index=0, process_count=1)).state_after(9000)
+    it = iter(gp.make_dataset(config(), process_index=0, process_count=1))
+    it.set_state(state)
+    next(it)
+    anchor = it._batches.anchor
+    assert anchor is not None and anchor[0] == 72_000
+    with pytest.raises(ValueError, match="resume verification failed"):
+        it.set_state({**state, "digest": state["digest"] ^ 1})
+    assert it._batches.anchor == anchor and it.get_state()["step"] == 9001
+
+
+def test_make_data_loader_refuses_workers_with_an_online_schedule(two_sources):
+    paths, _ = two_sources
+    bandit = gp.MixtureBandit(list(paths), stage_steps=10)
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, weights=bandit)
+    with pytest.raises(ValueError, match=r"use make_dataset \(its iterator's close\(\) restarts"):
+        gp.make_data_loader(cfg, process_index=0, process_count=1, worker_count=1)
+    assert next(iter(gp.make_data_loader(cfg, process_index=0, process_count=1)))
+
+
 def test_make_dataset_evaluation_mode_is_the_eval_pass(two_sources):
     paths, _ = two_sources
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=3)

@@ -40,3 +40,22 @@ def test_ray_task_errors_are_raised_and_write_nothing(tmp_path, local_ray):
     with pytest.raises(ValueError, match=r"b.jsonl: the line at byte 17 has no text"):
         build_corpus_ray([good, tmp_path / "b.jsonl"], tmp_path / "out", tokenizer="bytes")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_part_locked_by_another_writer_comes_back_as_its_own_error(tmp_path):
+    # A Ray task returns errors as data; a CorpusExistsError (a part still written by
+    # another process) must stay one, so that the build keeps its complete parts.
+    from grainpack.corpus import distributed
+    from grainpack.corpus.build import plan_build
+    from grainpack.corpus.errors import CorpusExistsError
+    from grainpack.corpus.transaction import write_lock
+
+    plan = plan_build(write_input(tmp_path / "a.jsonl", TEXTS[:5]), tokenizer="bytes")
+    part = tmp_path / "part-00000"
+    lock = write_lock(part)
+    try:
+        row = distributed._build_row({"index": 0, "path": str(part)}, plan)
+    finally:
+        lock.release()
+    assert row["type"] == "CorpusExistsError"
+    assert distributed._ERRORS[row["type"]] is CorpusExistsError

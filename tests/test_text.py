@@ -179,6 +179,13 @@ def test_jsonl_errors_name_the_file_and_byte(tmp_path):
             list(read_documents(TextSlice(file, 0, file.size)))
 
 
+def test_jsonl_byte_order_mark_is_skipped(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"text": "hello"}\n{"text": "world"}\n')
+    (file,) = find_inputs(path)
+    assert list(read_documents(TextSlice(file, 0, file.size))) == ["hello", "world"]
+
+
 def test_corrupt_and_non_utf8_files(tmp_path):
     (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(b'{"text": "a"}\n')[:-6])
     (tmp_path / "b.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd garbage")

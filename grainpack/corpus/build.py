@@ -24,6 +24,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import pickle
 import queue
 import shutil
 import signal
@@ -206,7 +207,14 @@ def _init_worker(progress: Any) -> None:
 
 def _worker_part(plan: BuildPlan, index: int, path: str) -> tuple[int, int]:
     _PROGRESS.put((index, os.getpid()))  # which process builds the part
-    return build_part(plan, index, path, report=lambda d, t: _PROGRESS.put((index, d, t)))
+    try:
+        return build_part(plan, index, path, report=lambda d, t: _PROGRESS.put((index, d, t)))
+    except Exception as err:
+        try:  # the error travels pickled: one that cannot would break the pool
+            pickle.loads(pickle.dumps(err))
+        except Exception:
+            raise RuntimeError(f"{type(err).__qualname__}: {err}") from None
+        raise
 
 
 class WorkerDied(ChildProcessError):
@@ -471,7 +479,9 @@ def _run_processes(plan: BuildPlan, todo: list[Path], workers: int, bar: Progres
             for index in [k for k, f in pending.items() if f.done()]:
                 try:
                     documents, tokens = pending.pop(index).result()  # the worker's error
-                except concurrent.futures.process.BrokenProcessPool:
+                except concurrent.futures.process.BrokenProcessPool as err:
+                    if err.__cause__ is not None:  # not a death: a result that did not travel
+                        raise
                     raise WorkerDied(
                         "a build worker process died (killed, or out of memory?); the complete "
                         f"parts are kept in {todo[0].parent}: run the same command again to "

@@ -25,6 +25,7 @@ from grainpack.corpus.build import (
     staging,
     task_plan,
 )
+from grainpack.corpus.errors import CorpusError, CorpusExistsError
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.tokenizers import Tokenizer
 
@@ -38,6 +39,9 @@ def _ray() -> Any:
     except ImportError as err:
         raise ImportError("building with Ray needs Ray Data: pip install 'grainpack[ray]'") from err
     return ray
+
+
+_ERRORS = {e.__name__: e for e in (ValueError, TypeError, CorpusError, CorpusExistsError)}
 
 
 def _build_row(row: dict[str, Any], plan: BuildPlan) -> dict[str, Any]:
@@ -99,10 +103,8 @@ def build_corpus_ray(
                     _build_row, fn_kwargs={"plan": task_plan(plan)}, num_cpus=1
                 )
                 for row in rows.iter_rows():
-                    if row["error"]:
-                        raise (TypeError if row["type"] == "TypeError" else ValueError)(
-                            row["error"]
-                        )
+                    if row["error"]:  # as its type: a part locked elsewhere keeps the parts
+                        raise _ERRORS.get(row["type"], ValueError)(row["error"])
                     bar.part_done((row["documents"], row["tokens"]))
         finally:
             bar.close()

@@ -19,6 +19,7 @@ keep every core busy to the end, few enough shards for a corpus of terabytes.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import glob
 import gzip
@@ -316,6 +317,8 @@ def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
     for position, line in _lines(piece):
         if not line.strip():
             continue
+        if position == 0 and line.startswith(codecs.BOM_UTF8):  # a byte order mark
+            line = line[len(codecs.BOM_UTF8) :]
         try:  # strict: UTF-8 encoding a surrogate is refused (json.loads would pass it)
             record = json.loads(line.decode("utf-8"))
         except UnicodeDecodeError as err:

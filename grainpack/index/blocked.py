@@ -375,6 +375,15 @@ class BlockedRows(EpochRows):
     def epoch_items(self) -> int:
         return self.num_blocks
 
+    @property
+    def most_rows_per_epoch(self) -> int:
+        """Rows of an epoch that keeps every document: a selector only drops some."""
+        if self.rows_per_epoch is not None:
+            return self.rows_per_epoch
+        n = self.num_documents
+        total = self.layout.num_tokens + (n - 1 if self.boundary and n else 0)
+        return -(-total // (self.block + 1))
+
     def rows_in_epoch(self, epoch: int) -> int:
         """Rows in ``epoch`` (constant unless a selector changes the epoch's documents)."""
         if self.rows_per_epoch is not None:

@@ -284,9 +284,9 @@ class MixtureMonitor:
         self.batches = _batches(config)
         self.window_steps = check_int("window_steps", window_steps, minimum=1)
         self.max_repeats = None if max_repeats is None else check_int("max_repeats", max_repeats)
-        if not isinstance(hard_cap, bool):
+        if not isinstance(hard_cap, bool | np.bool_):
             raise TypeError(f"hard_cap must be True or False; got {hard_cap!r}")
-        self.hard_cap = hard_cap
+        self.hard_cap = bool(hard_cap)
         min_expected_rows = check_float(
             "min_expected_rows", min_expected_rows, 0.0, math.inf, closed_low=True
         )

@@ -383,13 +383,20 @@ class PipelineBatches:
         cfg = self.config
         return adapts_online(cfg.sequence_selector) or adapts_online(cfg.weights)
 
-    def forget_plans(self) -> None:
+    def forget_plans(self) -> Callable[[], None]:
         """Drops the cached epoch plans, mixer counts and anchor, computed again when next
         needed: an online schedule restored to an earlier state (a rollback in the same
-        process) may decide rounds they were computed from otherwise."""
+        process) may decide rounds they were computed from otherwise. Returns a function
+        that brings them back."""
+        kept = self._rows, self._mixer, self.anchor, self._revision
+
+        def undo() -> None:
+            self._rows, self._mixer, self.anchor, self._revision = kept
+
         self._rows, self._mixer, self.anchor = {}, None, None
         cfg = self.config
         self._revision = online_revision(cfg.sequence_selector, cfg.weights)
+        return undo
 
     def _check_online(self) -> None:
         """:meth:`forget_plans` if an online schedule's ``load_state_dict`` replaced rounds

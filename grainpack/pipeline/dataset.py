@@ -342,21 +342,21 @@ class PipelineIterator(grain.DatasetIterator):
                 f"global_batch_size={size}, so no process of this config saved it (the state "
                 "was edited); restore each process from the state it saved"
             )
+        undo = []  # a refused state leaves the iterator as it was
         if self._batches.adapts_online:  # decided rounds may have been rolled back
-            self._batches.forget_plans()
-        undo = None
-        if "counts" in state and same:  # counted up to the step: no count from 0 is needed
-            try:
-                undo = self._batches.anchor_at(step * size, counts)
-            except ValueError as err:
-                raise ValueError(f"corrupt grainpack iterator state: {err}") from None
+            undo.append(self._batches.forget_plans())
         try:
+            if "counts" in state and same:  # counted up to the step: no count from 0 needed
+                try:
+                    undo.append(self._batches.anchor_at(step * size, counts))
+                except ValueError as err:
+                    raise ValueError(f"corrupt grainpack iterator state: {err}") from None
             self._batches.check_step(step)  # a step beyond any run is refused before any work
             if step and same:
                 self._verify(state)
         except BaseException:
-            if undo is not None:  # a refused state leaves the iterator as it was
-                undo()
+            for restore in reversed(undo):
+                restore()
             raise
         self.close()
         self._step = step
@@ -586,7 +586,8 @@ def make_data_loader(
       config: The pipeline.
       process_index, process_count: This process and the number of processes (default:
         JAX's, as in :func:`make_dataset`).
-      worker_count: Grain worker processes (0: read in this process).
+      worker_count: Grain worker processes (0: read in this process; a schedule that
+        adapts online needs 0).
       max_index_bytes: As in :func:`make_dataset`.
 
     Returns:
@@ -604,6 +605,12 @@ def make_data_loader(
     p, count = process_index_and_count(process_index, process_count)
     batches = PipelineBatches(config, process_count=count)
     batches.check_index_memory(max_index_bytes, copies=max(1, worker_count))
+    if worker_count and batches.adapts_online:
+        raise ValueError(
+            "a selector or weights that adapt online (a bandit) need workers that restart "
+            "with its new decisions, which grain.DataLoader's cannot: use make_dataset (its "
+            "iterator's close() restarts them) or worker_count=0"
+        )
     if worker_count:
         _absl_flags_parsed()
     return grain.DataLoader(
