@@ -57,3 +57,16 @@ class FailingOn(ByteTokenizer):
         if "FAIL" in texts:
             raise LibraryError(7, "cannot encode this text")
         return super().encode_batch(texts)
+
+
+# What a Rust panic in a PyO3 tokenizer raises: a BaseException of a module no one imports.
+PanicException = type("PanicException", (BaseException,), {"__module__": "pyo3_runtime"})
+
+
+class PanickingOn(ByteTokenizer):
+    """Raises ``PanicException`` on the text ``FAIL``."""
+
+    def encode_batch(self, texts):
+        if "FAIL" in texts:
+            raise PanicException("called `Option::unwrap()` on a `None` value")
+        return super().encode_batch(texts)

@@ -349,13 +349,23 @@ def test_a_build_whose_worker_dies_fails_keeping_its_parts_and_resumes(tmp_path)
 
 
 @pytest.mark.slow
-def test_a_worker_error_that_does_not_unpickle_is_reported_not_a_dead_worker(tmp_path):
-    from dying_tokenizer import FailingOn
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("FailingOn", r"LibraryError: error 7: cannot encode this text"),
+        ("PanickingOn", r"PanicException: called `Option::unwrap\(\)` on a `None` value"),
+    ],
+)
+def test_a_worker_error_that_does_not_unpickle_is_reported_not_a_dead_worker(
+    tmp_path, name, message
+):
+    import dying_tokenizer
 
     inputs = [write_input(tmp_path / f"{k}.jsonl", [t]) for k, t in enumerate("ab")]
     inputs.append(write_input(tmp_path / "2.jsonl", ["FAIL"]))
-    with pytest.raises(RuntimeError, match=r"LibraryError: error 7: cannot encode this text"):
-        build_corpus(inputs, tmp_path / "out", tokenizer=FailingOn(), workers=2, part_bytes=1)
+    tokenizer = getattr(dying_tokenizer, name)()
+    with pytest.raises(RuntimeError, match=message):
+        build_corpus(inputs, tmp_path / "out", tokenizer=tokenizer, workers=2, part_bytes=1)
     assert not (tmp_path / ".out.parts").exists()  # an error of the input: nothing kept
 
 

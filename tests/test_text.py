@@ -179,11 +179,17 @@ def test_jsonl_errors_name_the_file_and_byte(tmp_path):
             list(read_documents(TextSlice(file, 0, file.size)))
 
 
-def test_jsonl_byte_order_mark_is_skipped(tmp_path):
-    path = tmp_path / "a.jsonl"
-    path.write_bytes(b'\xef\xbb\xbf{"text": "hello"}\n{"text": "world"}\n')
-    (file,) = find_inputs(path)
-    assert list(read_documents(TextSlice(file, 0, file.size))) == ["hello", "world"]
+def test_jsonl_byte_order_marks_are_skipped(tmp_path):
+    bom, line = b"\xef\xbb\xbf", b'{"text": "x"}\n'
+    (tmp_path / "a.jsonl").write_bytes(bom + line + bom + line)  # files joined with cat
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(bom + line) + gzip.compress(bom + line))
+    for name in ("a.jsonl", "b.jsonl.gz"):
+        (file,) = find_inputs(tmp_path / name)
+        assert list(read_documents(TextSlice(file, 0, file.size))) == ["x", "x"]
+    (tmp_path / "c.jsonl").write_bytes(bom + b'{"text": "a\xffb"}\n')
+    (file,) = find_inputs(tmp_path / "c.jsonl")
+    with pytest.raises(ValueError, match="not UTF-8 text at byte 14"):
+        list(read_documents(TextSlice(file, 0, file.size)))
 
 
 def test_corrupt_and_non_utf8_files(tmp_path):

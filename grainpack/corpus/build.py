@@ -209,7 +209,7 @@ def _worker_part(plan: BuildPlan, index: int, path: str) -> tuple[int, int]:
     _PROGRESS.put((index, os.getpid()))  # which process builds the part
     try:
         return build_part(plan, index, path, report=lambda d, t: _PROGRESS.put((index, d, t)))
-    except Exception as err:
+    except BaseException as err:  # a Rust panic in a tokenizer is a BaseException
         try:  # the error travels pickled: one that cannot would break the pool
             pickle.loads(pickle.dumps(err))
         except Exception:

@@ -317,8 +317,8 @@ def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
     for position, line in _lines(piece):
         if not line.strip():
             continue
-        if position == 0 and line.startswith(codecs.BOM_UTF8):  # a byte order mark
-            line = line[len(codecs.BOM_UTF8) :]
+        if line.startswith(codecs.BOM_UTF8):  # a byte order mark (files joined with cat)
+            line, position = line[len(codecs.BOM_UTF8) :], position + len(codecs.BOM_UTF8)
         try:  # strict: UTF-8 encoding a surrogate is refused (json.loads would pass it)
             record = json.loads(line.decode("utf-8"))
         except UnicodeDecodeError as err:
