@@ -75,6 +75,8 @@ def test_convert_jsonl_reads_field_skips_blank_lines_and_gzip(tmp_path):
         ('{"input_ids": [1.5]}\n', r"bad\.jsonl:1: document 0: expected integer token ids"),
         ('\n{"input_ids": [-3]}\n', r"bad\.jsonl:2: document 0: token id -3"),
         ('{"input_ids": [1]}\n{"input_ids": [2], "n": "\xff"}\n', r"bad\.jsonl:2: not UTF-8"),
+        ("[1]\n" + "[" * 100_000 + "\n", r"bad\.jsonl:2: the JSON line cannot be read .maximum"),
+        ("[1]\n[" + "9" * 5000 + "]\n", r"bad\.jsonl:2: the JSON line cannot be read .Exceeds"),
     ],
 )
 def test_convert_jsonl_bad_line_names_file_and_line(tmp_path, text, match):

@@ -43,6 +43,19 @@ def test_source_lengths_and_offsets_are_read_only(src):
         src.offsets[0] = 1
 
 
+def test_offsets_and_positions_outside_the_corpus_are_refused(tmp_path):
+    src = gp.write_corpus(tmp_path / "c", [[1, 2], [3], [4, 5]], shard_tokens=2)
+    for bad in ([-1], [4]):
+        with pytest.raises(IndexError, match=r"document ids .* are outside \[0, 3\]"):
+            src.document_offsets(np.array(bad))
+    for bad in ([-1], [5]):
+        with pytest.raises(IndexError, match=r"stream positions .* are outside \[0, 5\)"):
+            src.documents_at(np.array(bad))
+    assert src.document_offsets(np.array([3])).tolist() == [5]
+    empty = gp.write_corpus(tmp_path / "e", [])
+    assert empty.offsets_between(0, 0).tolist() == [0]
+
+
 def test_source_getitem_returns_copies(src):
     doc = src[np.int64(2)]
     assert doc.tolist() == [4, 5, 6, 7, 8] and doc.dtype == np.uint16

@@ -59,6 +59,13 @@ def test_corpus_writer_rejects_bad_options(tmp_path, kwargs, match):
         CorpusWriter(tmp_path, **kwargs)
 
 
+def test_a_bad_shuffle_seed_leaves_no_lock_or_staging_folder(tmp_path):
+    with pytest.raises(ValueError, match="shuffle must be >= 0"):
+        write_corpus(tmp_path / "c", [[1]], shuffle=-1)
+    assert list(tmp_path.iterdir()) == []  # the same write can run at once
+    assert _docs(write_corpus(tmp_path / "c", [[1]])) == [[1]]
+
+
 def test_corpus_writer_refuses_existing_corpus_unless_overwrite(tmp_path):
     write_corpus(tmp_path, [[1, 2, 3], [4]], shard_tokens=1)  # 2 shards
     with pytest.raises(FileExistsError, match="overwrite=True"):

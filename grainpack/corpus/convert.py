@@ -223,6 +223,11 @@ def convert_jsonl(
                         f"{path}:{lineno}: invalid JSON ({err.msg}); each line must "
                         "be one JSON object"
                     ) from None
+                except (ValueError, RecursionError) as err:  # a huge number, deep nesting
+                    raise ValueError(
+                        f"{path}:{lineno}: the JSON line cannot be read ({err}); fix or drop "
+                        "that record"
+                    ) from None
                 ids = record.get(field) if isinstance(record, dict) else record
                 if not isinstance(ids, list):
                     found = sorted(record) if isinstance(record, dict) else type(record).__name__

@@ -343,6 +343,11 @@ class TokenShardSource:
         """
         docs = np.asarray(documents, dtype=np.int64)
         starts = self._document_starts()
+        if docs.size and (docs.min() < 0 or docs.max() > starts[-1]):
+            raise IndexError(
+                f"document ids {docs.min()}..{docs.max()} are outside [0, {starts[-1]}] "
+                "(num_documents is allowed: the end of the stream)"
+            )
         if len(self._shards) == 1:
             return self._current_local(0)[docs]
         flat = docs.reshape(-1)
@@ -397,6 +402,8 @@ class TokenShardSource:
                 f"documents [{first}, {stop}) are outside [0, {starts[-1]}); "
                 "use 0 <= first <= stop <= num_documents"
             )
+        if not self._shards:  # an empty corpus
+            return np.zeros(1, dtype=np.int64)
         k = max(bisect.bisect_right(starts, first) - 1, 0)
         k = min(k, len(self._shards) - 1)
         pieces = []
@@ -432,6 +439,10 @@ class TokenShardSource:
         """
         pos = np.asarray(positions, dtype=np.int64)
         starts = self._document_starts()
+        if pos.size and (pos.min() < 0 or pos.max() >= self.num_tokens):
+            raise IndexError(
+                f"stream positions {pos.min()}..{pos.max()} are outside [0, {self.num_tokens})"
+            )
         shard = np.searchsorted(self._starts, pos, side="right") - 1
         out = np.empty(pos.shape, dtype=np.int64)
         for k in np.unique(shard).tolist():

@@ -315,6 +315,7 @@ class CorpusWriter:
             plain_int(shard_tokens),
         )
         self._dtype = _check_options(dtype, vocab_size, eos_id, shard_tokens)
+        shuffle = None if shuffle is None else check_int("shuffle", plain_int(shuffle))
         self.path, self.vocab_size, self.eos_id = Path(path), vocab_size, eos_id
         self.shard_tokens, self.overwrite = shard_tokens, overwrite
         self._transaction = Transaction(self.path, overwrite=overwrite)
@@ -325,7 +326,7 @@ class CorpusWriter:
         self._stream = _Stream()
         self._dmax = min(int(np.iinfo(self._dtype).max), MAX_TOKEN_ID)
         self._closed = False
-        self.shuffle = None if shuffle is None else check_int("shuffle", plain_int(shuffle))
+        self.shuffle = shuffle  # checked before the transaction: nothing to undo
         self._input: CorpusWriter | None = None  # with shuffle: the input, in input order
         if self.shuffle is not None:
             try:
