@@ -299,6 +299,7 @@ class BlockedRows(EpochRows):
             c, k = order.block_docs, order.window_blocks
             self.num_blocks = m = -(-n // c)
             self.num_windows = -(-m // k)
+            self.unselected_tokens = layout.num_tokens + (n - 1 if boundary and n else 0)
             if selector is not None:
                 if getattr(selector, "block_docs", None) != c:
                     raise ValueError(
@@ -374,15 +375,6 @@ class BlockedRows(EpochRows):
     @property
     def epoch_items(self) -> int:
         return self.num_blocks
-
-    @property
-    def most_rows_per_epoch(self) -> int:
-        """Rows of an epoch that keeps every document: a selector only drops some."""
-        if self.rows_per_epoch is not None:
-            return self.rows_per_epoch
-        n = self.num_documents
-        total = self.layout.num_tokens + (n - 1 if self.boundary and n else 0)
-        return -(-total // (self.block + 1))
 
     def rows_in_epoch(self, epoch: int) -> int:
         """Rows in ``epoch`` (constant unless a selector changes the epoch's documents)."""

@@ -146,6 +146,8 @@ class EpochRows:
 
     rows_per_epoch: int | None
     _epoch_starts: np.ndarray
+    block: int
+    unselected_tokens: int  # documents unit: the stream of an epoch that keeps every document
     replay_limit: int | None = None  # most documents (or blocks) one locate may plan
 
     def rows_in_epoch(self, epoch: int) -> int:
@@ -163,8 +165,10 @@ class EpochRows:
 
     @property
     def most_rows_per_epoch(self) -> int:
-        """Rows an epoch has at most (subclasses that cannot bound it give epoch 0's)."""
-        return self.rows_in_epoch(0)
+        """Rows of an epoch that keeps every document: a selector only drops some."""
+        if self.rows_per_epoch is not None:
+            return self.rows_per_epoch
+        return -(-self.unselected_tokens // (self.block + 1))
 
     @property
     def epoch_items(self) -> int:
@@ -236,8 +240,8 @@ class SourceRows(EpochRows):
             self.rows_per_epoch: int | None = self._identity.total // (block + 1)
         else:
             n = len(self.lengths)
-            self._unselected_total = int(self.lengths.sum()) + (n - 1 if boundary and n else 0)
-            rows = -(-self._unselected_total // (block + 1))
+            self.unselected_tokens = int(self.lengths.sum()) + (n - 1 if boundary and n else 0)
+            rows = -(-self.unselected_tokens // (block + 1))
             self.rows_per_epoch = rows if selector is None else None
 
     def _epoch(self, epoch: int) -> _Epoch:
@@ -273,13 +277,6 @@ class SourceRows(EpochRows):
     def epoch_items(self) -> int:
         return len(self.lengths)
 
-    @property
-    def most_rows_per_epoch(self) -> int:
-        """Rows of an epoch that keeps every document: a selector only drops some."""
-        if self.rows_per_epoch is not None:
-            return self.rows_per_epoch
-        return -(-self._unselected_total // (self.block + 1))
-
     def rows_in_epoch(self, epoch: int) -> int:
         """Rows in ``epoch`` (constant unless a selector changes the epoch's documents)."""
         if self.rows_per_epoch is not None:
@@ -302,7 +299,7 @@ class SourceRows(EpochRows):
         if self.unit == "windows":
             return (self.rows_per_epoch or 0) * (self.block + 1)
         if self.selector is None:
-            return self._unselected_total
+            return self.unselected_tokens
         self.rows_in_epoch(epoch)
         return self._epoch_totals[epoch]
 
