@@ -275,9 +275,6 @@ def staging(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> Iterator[list
     the merge publishes the corpus.
     """
     out = Path(out)
-    for folder in out.parents:
-        if folder.exists() and not folder.is_dir():
-            raise CorpusExistsError(f"{folder} is a file, not a folder; choose another output")
     check_target(out, overwrite=overwrite)  # what the merge would refuse, before the work
     stage = parts_folder(out)
     created = [p for p in (stage, *stage.parents) if not p.exists()]  # removed on failure
