@@ -152,7 +152,9 @@ def test_a_killed_worker_raises_then_the_stream_goes_on_exactly(two_sources):
 
     paths, _ = two_sources
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=64, seed=1)
-    expected = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 2000)
+    # 12 Grain elements of 512 steps: the killed worker must make elements past the 2 it
+    # may hold ready (with 2000 steps it could have made all of its own before the kill)
+    expected = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 12 * 512)
     with iter(gp.make_dataset(cfg, process_index=0, process_count=1, worker_count=2)) as it:
         got = take(it, 5)
         workers = [p for p in multiprocessing.active_children() if "tracker" not in p.name]
