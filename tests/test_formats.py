@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from grainpack.corpus.formats import fingerprint, open_corpus
+from grainpack.corpus.writer import shuffle_corpus
 
 
 def _docs(src) -> list[list[int]]:
@@ -162,3 +163,12 @@ def test_fingerprint_megatron_is_content_derived(tmp_path):
     assert fingerprint(tmp_path / "c") == fingerprint(tmp_path / "a")
     _write_megatron(tmp_path / "d", [[1, 2], [3], [65535, 4]])
     assert fingerprint(tmp_path / "d") != fingerprint(tmp_path / "a")
+
+
+@pytest.mark.parametrize(("code", "dtype"), [(1, "uint16"), (3, "uint16"), (4, "uint32")])
+def test_shuffling_a_megatron_corpus_keeps_the_smallest_dtype(tmp_path, code, dtype):
+    docs = [[1, 2, 3], [4], [200, 5]]
+    _write_megatron(tmp_path / "data", docs, code=code)
+    out = shuffle_corpus(tmp_path / "data", tmp_path / "out", seed=0)
+    assert out.dtype == np.dtype(dtype)  # as convert_corpus: uint16 for 1-2 byte tokens
+    assert sorted(_docs(out)) == sorted(docs)

@@ -532,7 +532,7 @@ def shuffle_corpus(
     src = open_corpus(source)
     with CorpusWriter(
         path,
-        dtype=src.dtype.name if src.dtype.name in DTYPES else "uint32",
+        dtype="uint16" if src.dtype.itemsize <= 2 else "uint32",  # as convert_corpus
         vocab_size=src.vocab_size,
         eos_id=src.eos_id,
         shard_tokens=shard_tokens,
