@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -209,3 +210,25 @@ def test_corrupt_and_non_utf8_files(tmp_path):
         (file,) = find_inputs(tmp_path / name)
         with pytest.raises(ValueError, match=message):
             list(read_documents(TextSlice(file)))
+
+
+def test_a_fifo_is_refused_without_opening_it(tmp_path):
+    os.mkfifo(tmp_path / "pipe.jsonl")  # opening it for reading would block: no writer
+    with pytest.raises(ValueError, match="pipe.jsonl: not a regular file"):
+        find_inputs(tmp_path / "pipe.jsonl")
+
+
+@pytest.mark.parametrize("change", ["append", "touch", "delete"])
+def test_a_file_changed_during_the_build_is_refused(tmp_path, change):
+    (file,) = find_inputs(write_jsonl(tmp_path / "a.jsonl", DOCS))
+    texts = read_documents(TextSlice(file, 0, file.size), field="text")
+    assert next(texts) == DOCS[0]
+    if change == "append":
+        with open(file.path, "a") as f:
+            f.write('{"text": "late"}\n')
+    elif change == "touch":
+        os.utime(file.path, ns=(0, file.mtime_ns + 10**9))
+    else:
+        os.remove(file.path)  # open and read to the end all the same
+    with pytest.raises(ValueError, match="a.jsonl: changed during the build"):
+        list(texts)

@@ -29,6 +29,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from stat import S_ISREG
 from typing import IO, Any
 
 __all__ = ["InputFile", "TextSlice", "find_inputs", "plan_parts", "read_documents"]
@@ -155,9 +156,14 @@ def find_inputs(inputs: PathLike | Sequence[PathLike], *, field: str = "text") -
                 f"{', '.join(FORMATS)}"
             )
         try:
+            stat = path.stat()
+            if not S_ISREG(stat.st_mode):  # opening a FIFO would block
+                raise ValueError(
+                    f"{path}: not a regular file (a FIFO, device or socket); "
+                    "write its contents to a file and build from that"
+                )
             with open(path, "rb") as f:
                 f.read(1)
-            stat = path.stat()
         except OSError as err:
             raise ValueError(f"{path}: cannot read the file ({err.strerror})") from err
         groups = _parquet_groups(path, field) if kind[0] == "parquet" else ()
@@ -446,6 +452,22 @@ def read_documents(piece: TextSlice, *, field: str = "text", lines: bool = False
         if type(err).__module__.split(".")[0] in ("zstandard", "pyarrow"):
             raise ValueError(f"{piece.file.path}: corrupt or unreadable file ({err})") from err
         raise
+    _check_unchanged(piece.file)
+
+
+def _check_unchanged(file: InputFile) -> None:
+    """Raises unless ``file`` still has the size and mtime it was planned with (checked
+    after reading it: a file changed during the build would mix two versions)."""
+    try:
+        stat = os.stat(file.path)
+        now = f"{stat.st_size:,} bytes" if stat.st_mtime_ns == file.mtime_ns else "a new mtime"
+    except OSError as err:
+        now = err.strerror
+    if now != f"{file.size:,} bytes":
+        raise ValueError(
+            f"{file.path}: changed during the build (planned at {file.size:,} bytes, now "
+            f"{now}); build from files that no longer change"
+        )
 
 
 def describe_slice(piece: TextSlice) -> dict[str, Any]:
