@@ -70,3 +70,18 @@ class PanickingOn(ByteTokenizer):
         if "FAIL" in texts:
             raise PanicException("called `Option::unwrap()` on a `None` value")
         return super().encode_batch(texts)
+
+
+class DyingAlways(ByteTokenizer):
+    """A process dies (SIGKILL) on every batch holding the text ``DIE``, after creating a new
+    file in ``folder`` (one per attempt)."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def encode_batch(self, texts):
+        if "DIE" in texts:
+            open(os.path.join(self.folder, str(time.monotonic_ns())), "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().encode_batch(texts)

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_build import TEXTS, expected_ids, write_input
 
 from grainpack.corpus.build import build_corpus
 from grainpack.corpus.distributed import build_corpus_ray
+from grainpack.corpus.formats import open_corpus
 
 ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    tests = str(Path(__file__).parent)  # the tasks import dying_tokenizer
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": tests}},
+    )
     yield
     ray.shutdown()
 
@@ -40,6 +49,27 @@ def test_ray_task_errors_are_raised_and_write_nothing(tmp_path, local_ray):
     with pytest.raises(ValueError, match=r"b.jsonl: the line at byte 17 has no text"):
         build_corpus_ray([good, tmp_path / "b.jsonl"], tmp_path / "out", tokenizer="bytes")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_part_whose_task_always_dies_fails_after_the_retries_keeping_parts(tmp_path, local_ray):
+    from dying_tokenizer import DyingAlways
+
+    from grainpack.corpus.build import WorkerDied
+    from grainpack.corpus.distributed import TASK_RETRIES
+
+    good = write_input(tmp_path / "a.jsonl", TEXTS[:50])
+    bad = write_input(tmp_path / "b.jsonl", ["DIE"])
+    (tmp_path / "attempts").mkdir()
+    tokenizer = DyingAlways(str(tmp_path / "attempts"))
+    with pytest.raises(WorkerDied, match="died 4 times building a part"):
+        build_corpus_ray(
+            [good, bad], tmp_path / "out", tokenizer=tokenizer, part_bytes=good.stat().st_size
+        )
+    assert len(list((tmp_path / "attempts").iterdir())) == TASK_RETRIES + 1 == 4
+    assert not (tmp_path / "out").exists()
+    (kept,) = [p for p in (tmp_path / ".out.parts").iterdir() if p.name.startswith("part-")]
+    assert [d.tolist() for d in open_corpus(kept)] == expected_ids("bytes", TEXTS[:50], None)
 
 
 def test_a_part_locked_by_another_writer_comes_back_as_its_own_error(tmp_path):

@@ -214,7 +214,7 @@ def test_corrupt_and_non_utf8_files(tmp_path):
 
 def test_a_fifo_is_refused_without_opening_it(tmp_path):
     os.mkfifo(tmp_path / "pipe.jsonl")  # opening it for reading would block: no writer
-    with pytest.raises(ValueError, match="pipe.jsonl: not a regular file"):
+    with pytest.raises(ValueError, match=r"pipe\.jsonl: not a regular file"):
         find_inputs(tmp_path / "pipe.jsonl")
 
 
@@ -230,5 +230,5 @@ def test_a_file_changed_during_the_build_is_refused(tmp_path, change):
         os.utime(file.path, ns=(0, file.mtime_ns + 10**9))
     else:
         os.remove(file.path)  # open and read to the end all the same
-    with pytest.raises(ValueError, match="a.jsonl: changed during the build"):
+    with pytest.raises(ValueError, match=r"a\.jsonl: changed during the build"):
         list(texts)

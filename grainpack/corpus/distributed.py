@@ -2,7 +2,7 @@
 
 Ray Data is the engine Levanter and Marin use to tokenize for JAX training. Here it only
 schedules the parts of :func:`~grainpack.corpus.build.plan_build` (one task per part, one
-CPU each, retried by Ray if a node dies); each task writes its part with the same code as a
+CPU each, retried 3 times if it dies); each task writes its part with the same code as a
 local worker, so the corpus and its fingerprint are those of ``build_corpus``. Every node
 must see the input and ``OUT`` at the same paths (a shared file system), because the parts
 are written under ``.OUT.parts`` (beside ``OUT``) and merged into ``OUT`` by hard links.
@@ -18,6 +18,7 @@ from grainpack.corpus.build import (
     BuildPlan,
     PathLike,
     Progress,
+    WorkerDied,
     build_part,
     finish,
     part_index,
@@ -40,6 +41,10 @@ def _ray() -> Any:
         raise ImportError("building with Ray needs Ray Data: pip install 'grainpack[ray]'") from err
     return ray
 
+
+# Retries of a part whose task dies (a node lost, an OOM kill): a part that kills every worker
+# it runs on fails the build instead of retrying without end.
+TASK_RETRIES = 3
 
 _ERRORS = {e.__name__: e for e in (ValueError, TypeError, CorpusError, CorpusExistsError)}
 
@@ -78,6 +83,8 @@ def build_corpus_ray(
     Raises:
         ImportError: Ray Data is not installed.
         ValueError: As ``build_corpus`` (a task's error is raised with its message).
+        WorkerDied: A part's task died on every one of its attempts (the complete parts
+            are kept; the same call again builds the rest).
     """
     ray = _ray()
     plan = plan_build(
@@ -100,12 +107,22 @@ def build_corpus_ray(
             if todo:
                 items = [{"index": part_index(p), "path": str(p)} for p in todo]
                 rows = ray.data.from_items(items, override_num_blocks=len(items)).map(
-                    _build_row, fn_kwargs={"plan": task_plan(plan)}, num_cpus=1
+                    _build_row,
+                    fn_kwargs={"plan": task_plan(plan)},
+                    num_cpus=1,
+                    max_retries=TASK_RETRIES,  # Ray Data's default retries forever
                 )
-                for row in rows.iter_rows():
-                    if row["error"]:  # as its type: a part locked elsewhere keeps the parts
-                        raise _ERRORS.get(row["type"], ValueError)(row["error"])
-                    bar.part_done((row["documents"], row["tokens"]))
+                try:
+                    for row in rows.iter_rows():
+                        if row["error"]:  # as its type: a part locked elsewhere keeps parts
+                            raise _ERRORS.get(row["type"], ValueError)(row["error"])
+                        bar.part_done((row["documents"], row["tokens"]))
+                except ray.exceptions.WorkerCrashedError:
+                    raise WorkerDied(
+                        f"a Ray task died {TASK_RETRIES + 1} times building a part (killed, or "
+                        f"out of memory?); the complete parts are kept in {todo[0].parent}: "
+                        "run the same command again to build the rest"
+                    ) from None
         finally:
             bar.close()
             if started:
