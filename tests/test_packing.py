@@ -125,3 +125,25 @@ def test_stream_length_and_row_count_golden():
 
 def test_packed_corpus_efficiency_property():
     assert PackedCorpus(np.zeros((1, 4), np.int64), 3, 4).packing_efficiency == 0.75
+
+
+@pytest.mark.parametrize(
+    ("doc", "options", "error", "match"),
+    [
+        (np.array([1, 2**64 - 1], np.uint64), {}, ValueError, "document 0 holds the id 1844"),
+        (np.array([1.7, 2.0]), {}, TypeError, "document 0 has dtype float64"),
+        (np.array([True]), {}, TypeError, "document 0 has dtype bool"),
+        (np.array([1, 2]), {"pad_id": np.uint64(2**63)}, ValueError, "pad_id must fit"),
+        (np.array([1, 2]), {"boundary_id": 2**64}, ValueError, "boundary_id must fit"),
+    ],
+)
+def test_ids_the_int64_rows_cannot_hold_are_refused(doc, options, error, match):
+    # they wrapped (2**64 - 1 -> -1) or were truncated (1.7 -> 1) silently
+    with pytest.raises(error, match=match):
+        pack_documents([doc], [0], 2, **options)
+
+
+def test_ids_at_the_int64_limit_and_empty_float_documents_pack():
+    top = np.array([2**63 - 1], np.uint64)
+    rows = pack_documents([np.array([]), top], [0, 1], 1, pad_id=-(2**63), boundary_id=7).rows
+    assert rows.tolist() == [[7, 2**63 - 1]]

@@ -15,6 +15,8 @@ import numpy as np
 from grainpack.index.checks import check_int
 from grainpack.index.stream import stream_plan
 
+INT64 = np.iinfo(np.int64)
+
 __all__ = ["PackedCorpus", "pack_documents"]
 
 
@@ -51,6 +53,30 @@ def _is_source(documents: Any) -> bool:
     return hasattr(documents, "read_into") and hasattr(documents, "offsets")
 
 
+def _row_id(name: str, value: object) -> int:
+    """``value`` as a token id of the int64 rows."""
+    value = check_int(name, value, INT64.min)
+    if value > INT64.max:
+        raise ValueError(f"{name} must fit the int64 rows (at most {INT64.max}), got {value}")
+    return value
+
+
+def _check_tokens(i: int, doc: np.ndarray) -> None:
+    """Raises unless document ``i`` holds integer ids that the int64 rows keep exactly."""
+    if doc.size == 0:
+        return
+    if doc.dtype == np.bool_ or not np.issubdtype(doc.dtype, np.integer):
+        raise TypeError(
+            f"documents must hold integer token ids; document {i} has dtype {doc.dtype} "
+            "(convert it with .astype(np.int64) if its values are whole)"
+        )
+    if doc.dtype == np.uint64 and doc.max() > INT64.max:
+        raise ValueError(
+            f"document {i} holds the id {doc.max()}, more than the int64 rows hold "
+            f"({INT64.max}); check the tokenizer output"
+        )
+
+
 def pack_documents(
     documents: Any,
     indices: np.ndarray | Sequence[int],
@@ -85,9 +111,9 @@ def pack_documents(
         [[4, 5, 9], [1, 2, 3]]
     """
     block = check_int("block", block, minimum=1)
-    pad_id = check_int("pad_id", pad_id, np.iinfo(np.int64).min)
+    pad_id = _row_id("pad_id", pad_id)
     if boundary_id is not None:
-        boundary_id = check_int("boundary_id", boundary_id, np.iinfo(np.int64).min)
+        boundary_id = _row_id("boundary_id", boundary_id)
     idx = np.asarray(indices)
     if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
         raise ValueError(f"indices must be a 1-D integer array, got {idx.dtype} {idx.shape}")
@@ -109,6 +135,8 @@ def pack_documents(
         bad_docs = [int(i) for i, d in zip(idx, docs, strict=True) if d.ndim != 1]
         if bad_docs:
             raise ValueError(f"documents must be 1-D token arrays; not 1-D: ids {bad_docs[:10]}")
+        for i, d in zip(idx.tolist(), docs, strict=True):
+            _check_tokens(i, d)
         lens = np.array([d.size for d in docs], dtype=np.int64)
         starts = None
 
