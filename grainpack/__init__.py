@@ -77,7 +77,12 @@ if TYPE_CHECKING:
     )
     from grainpack.reference.packing import PackedCorpus, pack_documents
     from grainpack.reference.streaming import StreamingCorpus
-    from grainpack.reference.windows import MixedStream, PackedStream
+    from grainpack.reference.windows import (
+        MixedStream,
+        PackedStream,
+        StreamArgumentError,
+        StreamTooSmall,
+    )
 
 __version__ = "0.1.0"
 
@@ -143,6 +148,8 @@ _PUBLIC = {
     "StreamingCorpus": "grainpack.reference.streaming",
     "MixedStream": "grainpack.reference.windows",
     "PackedStream": "grainpack.reference.windows",
+    "StreamArgumentError": "grainpack.reference.windows",
+    "StreamTooSmall": "grainpack.reference.windows",
 }
 
 
@@ -187,6 +194,8 @@ __all__ = [
     "SequenceSelector",
     "SourceAccount",
     "Stage",
+    "StreamArgumentError",
+    "StreamTooSmall",
     "StreamingCorpus",
     "TokenShardSource",
     "UndecidedEpochError",

@@ -101,8 +101,9 @@ def test_packed_stream_native_corpus_is_documents_concatenated(tmp_path, abc_dir
 
 
 def test_packed_stream_too_small_raises(abc_dir):
-    with pytest.raises(ValueError, match="fewer than one window"):
+    with pytest.raises(ValueError, match="fewer than one window") as caught:
         PackedStream(abc_dir, 15, 0)  # 15 tokens < 16
+    assert isinstance(caught.value, RuntimeError)  # the specification's type too
 
 
 @pytest.mark.parametrize(
@@ -219,8 +220,9 @@ def test_mixed_stream_skip_to_equals_consuming(en_ar):
 def test_mixed_stream_skip_backwards_raises(en_ar):
     mix = MixedStream(en_ar, 4, 0)
     mix.skip_to(10)
-    with pytest.raises(ValueError, match="only move forward"):
+    with pytest.raises(ValueError, match="only move forward") as caught:
         mix.skip_to(9)
+    assert isinstance(caught.value, AssertionError)  # the specification asserts
 
 
 @pytest.mark.parametrize(
@@ -233,8 +235,10 @@ def test_mixed_stream_skip_backwards_raises(en_ar):
     ],
 )
 def test_mixed_stream_rejects_bad_probs(en_ar, probs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=match) as caught:
         MixedStream(en_ar, 4, 0, probs)
+    # the specification asserts the sum; the names of a mapping are grainpack's own
+    assert isinstance(caught.value, AssertionError) == (match != "exactly the languages")
 
 
 @pytest.mark.parametrize("empty", [[], (), {}])
@@ -277,3 +281,14 @@ def test_mixed_stream_pickles_and_continues(en_ar):
     clone = pickle.loads(pickle.dumps(mix))
     assert np.array_equal(clone.next_batch(5)[0], mix.next_batch(5)[0])
     assert clone.state_dict() == mix.state_dict()
+
+
+def test_packed_stream_has_the_specification_attributes(abc_dir, en_ar):
+    stream = PackedStream(abc_dir, 4, 0)
+    assert stream.paths == [abc_dir / "a.bin", abc_dir / "c.bin"]  # empty b.bin skipped
+    assert stream.lens.tolist() == [10, 5] and stream.cum.tolist() == [0, 10, 15]
+    assert (stream.lens.dtype, stream.cum.dtype) == (np.int64, np.int64)
+    assert (stream.lang, stream.total_tokens, stream.n_windows) == (None, 15, 3)
+    mix = MixedStream(en_ar, 4, 0)
+    assert [s.lang for s in mix.streams.values()] == ["en", "ar"]
+    assert mix.streams["ar"].cum.tolist() == [0, 30, 43]

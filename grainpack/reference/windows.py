@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,18 @@ from grainpack.index.mixing import (
 from grainpack.index.orders import window_permutation
 from grainpack.index.weights import normalize_probabilities
 
-__all__ = ["MixedStream", "PackedStream"]
+__all__ = ["MixedStream", "PackedStream", "StreamArgumentError", "StreamTooSmall"]
+
+
+class StreamTooSmall(ValueError, RuntimeError):
+    """A corpus shorter than one window: a ``ValueError``, as every bad input here, and the
+    ``RuntimeError`` the specification raises."""
+
+
+class StreamArgumentError(ValueError, AssertionError):
+    """``probs`` that are not probabilities, or ``skip_to`` backwards: a ``ValueError``, as
+    every bad input here, and the ``AssertionError`` of the specification's asserts."""
+
 
 _PERM_CACHE = 2  # epochs of permutations kept: a batch may straddle an epoch boundary
 
@@ -49,9 +61,16 @@ class PackedStream:
             concatenated in stored order (flat-shard layout: shards in sorted name order).
         seq_len: model sequence length; windows hold ``seq_len + 1`` tokens.
         seed: window-order seed, >= 0.
+        lang: the language the stream holds, kept as ``lang`` (``MixedStream`` sets it).
+
+    Attributes:
+        paths, lens, cum: as the specification's: the files of the non-empty shards in
+            stream order, their token counts, and the stream position where each starts,
+            then the total (int64).
 
     Raises:
-        ValueError: the corpus has fewer than ``seq_len + 1`` tokens.
+        StreamTooSmall: the corpus has fewer than ``seq_len + 1`` tokens (a ``ValueError``
+            and a ``RuntimeError``).
 
     Example:
         >>> import tempfile
@@ -64,17 +83,27 @@ class PackedStream:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | TokenShardSource, seq_len: int, seed: int
+        self,
+        path: str | os.PathLike[str] | TokenShardSource,
+        seq_len: int,
+        seed: int,
+        *,
+        lang: str | None = None,
     ) -> None:
+        self.lang = lang
         self.seq_len = check_int("seq_len", seq_len, minimum=1)
         self.seed = check_int("seed", seed, minimum=0)
         self.source = path if isinstance(path, TokenShardSource) else open_corpus(path)
         self.path = path if not isinstance(path, TokenShardSource) else None
         self.dtype = self.source.dtype
+        shards = [s for s in self.source.shards if s.num_tokens > 0]
+        self.paths = [Path(s.tokens_path) for s in shards]
+        self.lens = np.array([s.num_tokens for s in shards], dtype=np.int64)
+        self.cum = np.concatenate([[0], np.cumsum(self.lens)])
         self.total_tokens = int(self.source.num_tokens)
         self.n_windows = self.total_tokens // (self.seq_len + 1)
         if self.n_windows == 0:
-            raise ValueError(
+            raise StreamTooSmall(
                 f"corpus {path} has {self.total_tokens} tokens, fewer than one window of "
                 f"seq_len + 1 = {self.seq_len + 1}; use a smaller seq_len or a larger corpus"
             )
@@ -164,7 +193,8 @@ class MixedStream:
             ``content_probabilities`` for content mode.
 
     Raises:
-        ValueError: bad probabilities, or a corpus shorter than one window.
+        StreamArgumentError: bad probabilities (a ``ValueError`` and an ``AssertionError``).
+        StreamTooSmall: a corpus shorter than one window.
 
     Example:
         >>> import tempfile
@@ -198,11 +228,14 @@ class MixedStream:
                     f"probs must name exactly the languages {self.langs}, got {list(probs)}"
                 )
             probs = [probs[lang] for lang in self.langs]
-        self.probs = list(normalize_probabilities(probs, len(self.langs)))
+        try:
+            self.probs = list(normalize_probabilities(probs, len(self.langs)))
+        except ValueError as err:
+            raise StreamArgumentError(str(err)) from None
         self._cumulative = cumulative_probabilities(self.probs)
         self._mixer = SlotMixer(self.seed, self.probs)
         self.streams = {
-            lang: PackedStream(sources[lang], seq_len, self.seed + j)
+            lang: PackedStream(sources[lang], seq_len, self.seed + j, lang=lang)
             for j, lang in enumerate(self.langs)
         }
         self.seq_len = self.streams[self.langs[0]].seq_len
@@ -271,7 +304,7 @@ class MixedStream:
         """Fast-forward the mixture state to ``slot`` without reading data (for resume)."""
         slot = check_int("slot", slot, minimum=0)
         if slot < self.slot:
-            raise ValueError(
+            raise StreamArgumentError(
                 f"skip_to can only move forward: at slot {self.slot}, got {slot=}; "
                 "use load_state_dict to go back to a saved state"
             )
