@@ -256,6 +256,32 @@ def test_offsets_runs_are_checked_where_they_are_read(tmp_path):
     assert src.offsets_between(0, 2).tolist() == [0, 3, 3]  # the other shards still read
 
 
+@pytest.mark.parametrize(
+    ("shard_tokens", "name", "offsets", "read", "match"),
+    [
+        (
+            4,
+            "offsets-00002",
+            [0, 1, 2, 2],
+            "at",
+            "last document offset is 2, expected the shard's 3",
+        ),
+        (4, "offsets-00002", [0, 1, 99, 3], 5, r"decrease at document 2 \(99 -> 3\)"),
+        (99, "offsets-00000", [0, 3, 3, 99, 9, 9, 11], 3, r"at document 3 \(99 -> 9\)"),
+    ],
+)
+def test_single_offsets_are_checked_where_they_are_read(
+    tmp_path, shard_tokens, name, offsets, read, match
+):
+    # documents_at and document_offsets read a few offsets, not the shard's run: an answer
+    # outside the shard, or a position no document found holds, runs the full check
+    write_corpus(tmp_path / "c", DOCS, shard_tokens=shard_tokens)
+    np.array(offsets, "<i8").tofile(tmp_path / "c" / f"{name}.bin")  # same size
+    src = open_corpus(tmp_path / "c")
+    with pytest.raises(CorpusError, match=rf"{name}\.bin: .*{match}"):
+        src.documents_at(np.array([10])) if read == "at" else src.document_offsets([read])
+
+
 def test_mapped_shards_are_bounded_and_mapped_again_when_read(tmp_path, monkeypatch):
     # Each mapped shard holds two descriptors (tokens and offsets maps): past the bound the
     # least recently used maps are dropped, so a corpus of any number of shards is readable.

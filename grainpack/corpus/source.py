@@ -349,7 +349,7 @@ class TokenShardSource:
                 "(num_documents is allowed: the end of the stream)"
             )
         if len(self._shards) == 1:
-            return self._current_local(0)[docs]
+            return self._checked_values(0, self._current_local(0)[docs])
         flat = docs.reshape(-1)
         shard = np.searchsorted(starts, flat, side="right") - 1
         np.minimum(shard, len(self._shards) - 1, out=shard)  # document N: the last shard's end
@@ -358,8 +358,24 @@ class TokenShardSource:
         out = np.empty(flat.shape, dtype=np.int64)
         for k in np.flatnonzero(np.diff(cuts)).tolist():
             mine = order[cuts[k] : cuts[k + 1]]
-            out[mine] = self._current_local(k)[flat[mine] - starts[k]] + self._starts_list[k]
+            values = self._checked_values(k, self._current_local(k)[flat[mine] - starts[k]])
+            out[mine] = values + self._starts_list[k]
         return out.reshape(docs.shape)
+
+    def _checked_values(self, k: int, values: np.ndarray) -> np.ndarray:
+        """``values`` read from shard ``k``'s offsets, after checking that they lie inside the
+        shard (else the full check of its offsets names the fault)."""
+        if values.size and (values.min() < 0 or values.max() > self._shards[k].num_tokens):
+            self._fault(k)
+        return values
+
+    def _fault(self, k: int) -> None:
+        """Raises :class:`CorpusError` for shard ``k``'s offsets, which a read found
+        inconsistent (the full check names the first bad document)."""
+        record = self._shards[k]
+        where = offsets_path_of(record)
+        check_offsets(self._local(k), record.num_tokens, where)
+        raise CorpusError(f"{where}: inconsistent document offsets; rebuild the corpus")
 
     def read_ahead(self, runs: Sequence[tuple[int, int]]) -> None:
         """Asks the kernel to start reading the offsets of document runs ``[first, stop)``
@@ -447,12 +463,14 @@ class TokenShardSource:
         out = np.empty(pos.shape, dtype=np.int64)
         for k in np.unique(shard).tolist():
             mine = shard == k
-            local = self._current_local(k)
-            out[mine] = (
-                starts[k]
-                + np.searchsorted(local, pos[mine] - self._starts_list[k], side="right")
-                - 1
-            )
+            local, here = self._current_local(k), pos[mine] - self._starts_list[k]
+            found = np.searchsorted(local, here, side="right") - 1
+            # the document found must hold the position: unsorted offsets break the search
+            if found.min() < 0 or found.max() >= local.size - 1:
+                self._fault(k)
+            if (local[found] > here).any() or (local[found + 1] <= here).any():
+                self._fault(k)
+            out[mine] = starts[k] + found
         return out
 
     def __len__(self) -> int:

@@ -580,6 +580,12 @@ class BlockedRows(EpochRows):
         i = np.arange(len(span_row)) + np.repeat(first - np.cumsum(counts) + counts, counts)
         starts = self.layout.document_offsets(i)
         ends = self.layout.document_offsets(i + 1)
+        if (ends < starts).any():  # the documents between a row's ends were not searched
+            d = int(i[np.argmax(ends < starts)])
+            raise ValueError(
+                f"document offsets decrease from document {d} to {d + 1} of the source "
+                "(corrupt offsets): run grainpack verify on it and rebuild it"
+            )
         lo, hi = np.maximum(starts, a[span_row]), np.minimum(ends, b[span_row])
         keep = hi > lo
         span_row, i, starts, lo, hi = (x[keep] for x in (span_row, i, starts, lo, hi))
