@@ -10,6 +10,7 @@ Imported lazily: ``import grainpack`` does not import JAX.
 from __future__ import annotations
 
 import functools
+import json
 import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -44,6 +45,11 @@ def make_global_batch(
       >>> out["inputs"].shape == (2 * jax.process_count(), 4)
       True
     """
+    if not isinstance(batch, Mapping):
+        raise TypeError(
+            f"batch must be a mapping of names to arrays (a grainpack batch); got "
+            f"{type(batch).__name__}: pass the dict that next() on the iterator returns"
+        )
     if isinstance(sharding, Mesh):
         sharding = NamedSharding(sharding, PartitionSpec(sharding.axis_names))
     elif not isinstance(sharding, Sharding):
@@ -80,12 +86,7 @@ def expand(batch: Mapping[str, Any], *, maxtext_keys: bool = False) -> dict[str,
       >>> out["loss_mask"].tolist(), sorted(expand(batch, maxtext_keys=True))[:2]
       ([[1, 1, 1], [0, 0, 0]], ['inputs', 'inputs_position'])
     """
-    missing = [k for k in COMPACT_KEYS if k not in batch]
-    if missing:
-        raise ValueError(
-            f"expand takes a compact batch (keys {list(COMPACT_KEYS)}); {missing} missing from "
-            f"{sorted(batch)}: build the pipeline with PipelineConfig(layout='compact')"
-        )
+    _check_compact(batch)  # at trace time: shapes and dtypes are static
     tokens, filled = batch["tokens"], batch["filled"][:, None]
     block = tokens.shape[1] - 1
     bits = jnp.unpackbits(batch["segment_starts"], axis=1, count=block)
@@ -111,6 +112,42 @@ def expand(batch: Mapping[str, Any], *, maxtext_keys: bool = False) -> dict[str,
     return {**{k: v for k, v in batch.items() if k not in COMPACT_KEYS}, **out}
 
 
+def _check_compact(batch: Any) -> None:
+    """Raises unless ``batch`` is a compact batch: its keys, and shapes and dtypes that
+    describe the same rows (the shapes are static, so this also runs under ``jit``)."""
+    if not isinstance(batch, Mapping):
+        raise TypeError(
+            f"expand takes a compact batch (a mapping with keys {list(COMPACT_KEYS)}); got "
+            f"{type(batch).__name__}"
+        )
+    missing = [k for k in COMPACT_KEYS if k not in batch]
+    if missing:
+        raise ValueError(
+            f"expand takes a compact batch (keys {list(COMPACT_KEYS)}); {missing} missing from "
+            f"{sorted(map(str, batch))}: build the pipeline with PipelineConfig(layout='compact')"
+        )
+    arrays = [k for k in COMPACT_KEYS if not hasattr(batch[k], "shape")]
+    if arrays:
+        raise TypeError(f"{arrays} of a compact batch must be arrays (numpy or jax)")
+    shapes = {k: tuple(batch[k].shape) for k in COMPACT_KEYS}
+    if len(shapes["tokens"]) != 2 or shapes["tokens"][1] < 2:
+        raise ValueError(f"tokens must be (rows, block + 1) with block >= 1; got {shapes}")
+    rows, width = shapes["tokens"]
+    expected = {"segment_starts": (rows, -(-(width - 1) // 8)), "filled": (rows,)}
+    wrong = {k: v for k, v in expected.items() if shapes[k] != v}
+    if wrong:
+        raise ValueError(
+            f"a compact batch of tokens {shapes['tokens']} has segment_starts of shape "
+            f"{expected['segment_starts']} and filled of shape {expected['filled']}; got "
+            f"{shapes}: pass the arrays of one compact batch together"
+        )
+    for key in COMPACT_KEYS:
+        dtype = np.dtype(batch[key].dtype)
+        if dtype.kind not in "iu" or (key == "segment_starts" and dtype != np.uint8):
+            kind = "uint8" if key == "segment_starts" else "an integer dtype"
+            raise TypeError(f"{key} must have {kind}; got {dtype}")
+
+
 def prefetch_to_device(
     iterator: Iterator[Mapping[str, np.ndarray]], sharding: Sharding | Mesh, *, size: int = 2
 ) -> DevicePrefetch:
@@ -127,7 +164,7 @@ def prefetch_to_device(
       iterator: an iterator of per-process batches with ``get_state``/``set_state`` (from
         :func:`grainpack.make_dataset`, or any Grain ``DatasetIterator``).
       sharding: as in :func:`make_global_batch`.
-      size: batches kept in flight (>= 1).
+      size: global batches built ahead and kept on the devices (>= 1).
 
     Returns:
       A Grain ``DatasetIterator`` of ``dict[str, jax.Array]``; call ``close()`` to stop its
@@ -169,7 +206,11 @@ class DevicePrefetch(grain.DatasetIterator):
         self._iterator, self._sharding, self._size = iterator, sharding, size
         self._lock = threading.Lock()  # the thread's next() vs. get_state/set_state
         self._queue: queue.Queue | None = None
+        self._slots = threading.Semaphore(size)  # batches built and not yet handed out
         self._stop = threading.Event()
+        # a grain.DataLoader's state is JSON bytes: handed out as its JSON value, which
+        # Grain's checkpoint handler writes for a DatasetIterator such as this one
+        self._bytes_state = isinstance(iterator.get_state(), bytes)
         self._thread: threading.Thread | None = None
         # state of the wrapped iterator after the last batch handed out
         self._consumed: Callable[[], Any] | None = None
@@ -180,18 +221,24 @@ class DevicePrefetch(grain.DatasetIterator):
             return
         state = self._iterator.get_state()
         self._consumed = lambda: state
-        self._queue, self._stop = queue.Queue(self._size), threading.Event()
+        self._queue, self._stop = queue.Queue(), threading.Event()
+        self._slots = threading.Semaphore(self._size)
         self._thread = threading.Thread(
             target=self._fill,
-            args=(self._queue, self._stop),
+            args=(self._queue, self._slots, self._stop),
             name="grainpack-prefetch",
             daemon=True,
         )
         self._thread.start()
 
-    def _fill(self, out: queue.Queue, stop: threading.Event) -> None:
+    def _fill(self, out: queue.Queue, slots: threading.Semaphore, stop: threading.Event) -> None:
         iterator, exact = self._iterator, hasattr(self._iterator, "state_after")
-        while not stop.is_set():
+        while True:
+            while not slots.acquire(timeout=0.05):  # `size` batches are on the devices
+                if stop.is_set():
+                    return
+            if stop.is_set():
+                return
             try:
                 with self._lock:
                     batch = next(iterator)
@@ -202,21 +249,17 @@ class DevicePrefetch(grain.DatasetIterator):
                 item: Any = (make_global_batch(batch, self._sharding), mark)
             except StopIteration:
                 item = _END
-            except Exception as error:  # handed to the consumer, raised by next()
+            except BaseException as error:  # handed to the consumer, raised by next()
                 item = error
-            while not stop.is_set():
-                try:
-                    out.put(item, timeout=0.05)
-                    break
-                except queue.Full:
-                    pass
+            out.put(item)
             if not isinstance(item, tuple):
                 return
 
     def __next__(self) -> dict[str, jax.Array]:
         self.start_prefetch()
         item = self._queue.get()
-        if item is _END or isinstance(item, Exception):
+        self._slots.release()
+        if item is _END or isinstance(item, BaseException):
             self._shutdown()
             if item is _END:
                 raise StopIteration
@@ -226,12 +269,16 @@ class DevicePrefetch(grain.DatasetIterator):
 
     def get_state(self) -> Any:
         if self._thread is None:
-            return self._iterator.get_state()
-        with self._lock:
-            return self._consumed()
+            state = self._iterator.get_state()
+        else:
+            with self._lock:
+                state = self._consumed()
+        return json.loads(state) if self._bytes_state else state
 
     def set_state(self, state: Any) -> None:
         self._shutdown()  # at the consumed step, where a refused state leaves it
+        if self._bytes_state and not isinstance(state, bytes):
+            state = json.dumps(state).encode()
         self._iterator.set_state(state)
 
     def close(self) -> None:

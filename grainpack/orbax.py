@@ -96,7 +96,7 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
     def save(self, directory: epath.Path, item: Any = None, args: Any = None) -> None:
         """Grain's save, plus ``pipeline_{i}-of-{n}.json``: what the fingerprint covers
         (:meth:`~grainpack.PipelineIterator.describe`), for iterators that describe it."""
-        item = item or args.item
+        item = item if item is not None else args.item
         super().save(directory, item=item)
         described = _described(item)
         if described is not None:
@@ -105,7 +105,7 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
             (epath.Path(directory) / f"pipeline_{index}-of-{count}.json").write_text(text)
 
     def restore(self, directory: epath.Path, item: Any = None, args: Any = None) -> Any:
-        item = item or args.item
+        item = item if item is not None else args.item
         index, count = process_index_and_count()
         path = saved_state_file(directory, index, count)
         try:
@@ -169,6 +169,9 @@ class CheckpointSave(ocp.args.CheckpointArgs):
 
     item: Any
 
+    def __post_init__(self) -> None:
+        _check_item(self, "get_state")
+
 
 @ocp.args.register_with_handler(DataCheckpointHandler, for_restore=True)
 @dataclasses.dataclass
@@ -197,3 +200,14 @@ class CheckpointRestore(ocp.args.CheckpointArgs):
     """
 
     item: Any
+
+    def __post_init__(self) -> None:
+        _check_item(self, "set_state")
+
+
+def _check_item(args: Any, method: str) -> None:
+    if not callable(getattr(args.item, method, None)):
+        raise TypeError(
+            f"{type(args).__name__} takes the data iterator (from grainpack.make_dataset or "
+            f"a Grain iterator, with {method}); got {type(args.item).__name__}"
+        )

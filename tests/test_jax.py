@@ -234,6 +234,29 @@ def test_expand_refuses_a_full_batch():
         gp.expand({"inputs": np.zeros((2, 4), np.int32)})
 
 
+def test_expand_and_make_global_batch_refuse_what_is_not_a_batch():
+    tokens = np.zeros((3, 17), np.uint16)
+    good = {"tokens": tokens, "segment_starts": np.zeros((3, 2), np.uint8), "filled": np.ones(3)}
+    good["filled"] = good["filled"].astype(np.int32)
+    bad = [
+        ([1, 2], TypeError, "a mapping with keys"),
+        (None, TypeError, "a mapping with keys"),
+        (good | {"tokens": tokens[0]}, ValueError, r"tokens must be \(rows, block \+ 1\)"),
+        # one byte too narrow: the missing starts were read as zeros
+        (good | {"segment_starts": np.zeros((3, 1), np.uint8)}, ValueError, r"of shape \(3, 2\)"),
+        (good | {"filled": np.ones((3, 1), np.int32)}, ValueError, r"filled of shape \(3,\)"),
+        (good | {"filled": np.ones(2, np.int32)}, ValueError, "pass the arrays of one compact"),
+        (good | {"segment_starts": np.zeros((3, 2))}, TypeError, "segment_starts must have uint8"),
+        (good | {"filled": np.ones(3)}, TypeError, "filled must have an integer dtype"),
+    ]
+    for batch, error, match in bad:
+        with pytest.raises(error, match=match):
+            gp.expand(batch)
+    assert gp.expand(good)["segment_ids"].shape == (3, 16)
+    with pytest.raises(TypeError, match="batch must be a mapping of names to arrays"):
+        gp.make_global_batch([tokens], single_device_mesh())
+
+
 @pytest.mark.slow
 def test_expand_on_the_cpu_devices_of_one_process(tmp_path):
     compact, full = compact_and_full(tmp_path)
@@ -295,7 +318,9 @@ def test_prefetch_checkpoint_with_batches_in_flight_resumes_at_the_consumed_step
     batches = gp.prefetch_to_device(inner, mesh, size=3)
     for step in range(4):
         assert_same_arrays(batches.__next__(), expected[step], f"step {step}")
-    wait_until(lambda: inner.step == 4 + 3 + 1)  # 3 queued, 1 more waiting to be queued
+    wait_until(lambda: inner.step == 4 + 3)  # 3 on the devices
+    time.sleep(0.2)
+    assert inner.step == 4 + 3  # and no more
     state = batches.get_state()
     assert state == reference.state_after(4)  # the consumed step, with its digest
     assert json.loads(json.dumps(state)) == state
@@ -322,7 +347,7 @@ def test_prefetch_keeps_the_consumed_step_when_a_state_is_refused(tmp_path):
     with gp.prefetch_to_device(inner, single_device_mesh(), size=2) as batches:
         for step in range(3):
             assert_same_arrays(next(batches), expected[step], f"step {step}")
-        wait_until(lambda: inner.step == 3 + 2 + 1)
+        wait_until(lambda: inner.step == 3 + 2)
         with pytest.raises(ValueError, match="another pipeline config"):
             batches.set_state(foreign)
         assert batches.get_state()["step"] == 3  # the batches in flight are not skipped
@@ -337,7 +362,7 @@ def test_prefetch_close_stops_the_thread_and_rewinds_to_the_consumed_step(tmp_pa
     batches = gp.prefetch_to_device(inner, single_device_mesh(), size=2)
     assert batches.get_state()["step"] == 0 and prefetch_threads() == []  # lazily started
     next(batches)
-    wait_until(lambda: inner.step == 4)
+    wait_until(lambda: inner.step == 3)
     assert len(prefetch_threads()) == 1
     batches.close()
     assert prefetch_threads() == [] and inner.step == 1
@@ -370,6 +395,47 @@ def test_prefetch_of_a_finite_grain_iterator_and_its_errors(tmp_path):
     assert batches.get_state() == {"next_index": 3} and prefetch_threads() == []
 
 
+@pytest.mark.parametrize("error", [SystemExit, KeyboardInterrupt, GeneratorExit, RuntimeError])
+def test_prefetch_hands_any_exception_of_the_iterator_to_the_consumer(error):
+    def fail(i):
+        if i == 2:
+            raise error("stop")
+        return {"x": np.full(2, i)}
+
+    failing = grain.MapDataset.range(5).map(fail).to_iter_dataset()
+    batches = gp.prefetch_to_device(iter(failing), single_device_mesh())
+    assert [int(next(batches)["x"][0]) for _ in range(2)] == [0, 1]
+    with pytest.raises(error, match="stop"):  # it hung: the thread died and next() waited
+        next(batches)
+    assert batches.get_state() == {"next_index": 2} and prefetch_threads() == []
+
+
+def test_prefetch_of_a_data_loader_checkpoints_with_orbax(tmp_path):
+    import orbax.checkpoint as ocp
+
+    _, full = compact_and_full(tmp_path)
+    expected = list(itertools.islice(gp.make_dataset(full, process_index=0, process_count=1), 6))
+    mesh = single_device_mesh()
+
+    def loader_batches():
+        loader = gp.make_data_loader(full, process_index=0, process_count=1)
+        return gp.prefetch_to_device(iter(loader), mesh, size=2)
+
+    batches = loader_batches()
+    for step in range(3):
+        assert_same_arrays(next(batches), expected[step], f"step {step}")
+    with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
+        # the loader's state is JSON bytes; Grain's handler writes a DatasetIterator's as JSON
+        manager.save(3, args=ocp.args.Composite(data=gp.CheckpointSave(batches)))
+        manager.wait_until_finished()
+        batches.close()
+        fresh = loader_batches()
+        manager.restore(3, args=ocp.args.Composite(data=gp.CheckpointRestore(fresh)))
+    for step in range(3, 6):
+        assert_same_arrays(next(fresh), expected[step], f"resumed step {step}")
+    fresh.close()
+
+
 def test_prefetch_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="size must be an int >= 1"):
         gp.prefetch_to_device(iter([]), single_device_mesh(), size=0)
@@ -395,7 +461,7 @@ def test_prefetch_state_of_a_blocked_order_counts_the_consumed_step(tmp_path):
     batches = gp.prefetch_to_device(inner, single_device_mesh(), size=3)
     for _ in range(4):
         next(batches)
-    wait_until(lambda: inner.step == 4 + 3 + 1)
+    wait_until(lambda: inner.step == 4 + 3)
     state = batches.get_state()
     assert state == plain.get_state() and "counts" in state and sum(state["counts"]) == 16
     batches.close()

@@ -349,3 +349,11 @@ def test_train_loop_example_resumes_identically():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resumed from step 3, identical: True" in result.stdout, result.stdout
+
+
+def test_checkpoint_args_refuse_what_is_not_an_iterator():
+    # None reached Orbax's save thread as an AttributeError
+    for args, method in ((gp.CheckpointSave, "get_state"), (gp.CheckpointRestore, "set_state")):
+        for item in (None, [], {"step": 1}):
+            with pytest.raises(TypeError, match=f"takes the data iterator .*with {method}"):
+                args(item)

@@ -367,7 +367,11 @@ class PipelineIterator(grain.DatasetIterator):
         digest, which only a state before the first batch has, is refused first)."""
         step, p, count = state["step"], state["process_index"], state["process_count"]
         if state["digest"] == 0:  # get_state gives 0 only before the first batch
-            raise _verification_failed(step, None)
+            raise ValueError(
+                f"resume verification failed: the state's digest is 0, which only a state "
+                f"before the first batch has, but its step is {step}: the state was edited or "
+                "damaged; restore the state the checkpoint saved"
+            )
         logger.info("resume at step %d: recomputing batch %d to verify its digest", step, step - 1)
         if batch_digest(self._batches.batch(step - 1, p, count)) == state["digest"]:
             return
@@ -428,8 +432,8 @@ def _verification_failed(step: int, found: tuple[int, int] | None) -> ValueError
     return ValueError(
         f"resume verification failed: batch {step - 1} recomputed from the corpus differs from "
         "the batch that was trained on before the checkpoint (same config fingerprint). The "
-        "corpus files or grainpack's code changed in a way the fingerprint does not see; do "
-        "not continue this run with them"
+        "corpus files or grainpack's code changed in a way the fingerprint does not see (do "
+        "not continue this run with them), or the state's step or digest was edited"
     )
 
 
