@@ -390,3 +390,100 @@ def test_verify_and_inspect_say_what_a_flipped_byte_is(tmp_path, capsys):
     assert "WARNING  max_token_id 65,286 >= vocab_size 1,000" in capsys.readouterr().out
     assert main(["verify", str(tmp_path / "nv")]) == 0
     assert "- token ids < vocab_size: skipped (no vocab_size recorded)" in capsys.readouterr().out
+
+
+def test_building_from_a_corrupt_corpus_is_refused_and_keeps_the_tokenizer(tmp_path, capsys):
+    gp.write_corpus(tmp_path / "v", [np.arange(1, 500) % 1000] * 5, vocab_size=1000)
+    tokens = tmp_path / "v" / "tokens-00000.bin"
+    data = bytearray(tokens.read_bytes())
+    data[11] ^= 0x01  # still an id below vocab_size: only the checksum sees it
+    tokens.write_bytes(bytes(data))
+    for extra in ([], ["--shuffle", "1"]):  # the copy's new checksums would bless it
+        assert main(["build", str(tmp_path / "v"), "-o", str(tmp_path / "out"), *extra]) == 1
+        assert "tokens-00000.bin: sha256 mismatch" in capsys.readouterr().err
+        assert not (tmp_path / "out").exists()
+
+    (tmp_path / "t.jsonl").write_text('{"text": "hello"}\n{"text": "world"}\n')
+    built = tmp_path / "text"
+    assert main(["build", str(tmp_path / "t.jsonl"), "--tokenizer", "bytes", "-o", str(built)]) == 0
+    for extra in ([], ["--shuffle", "1"]):
+        out = tmp_path / f"copy{len(extra)}"
+        assert main(["build", str(built), "-o", str(out), *extra]) == 0
+        assert gp.open_corpus(out).tokenizer == gp.open_corpus(built).tokenizer is not None
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ("--source a={c} --source a={c}", "--source names 'a' twice"),
+        ("--source a={c} --weight a=abc", "--weight 'a=abc': 'abc' is not a number"),
+        ("--source a={c} --batch-size 10000000", "more than show-step lays out"),
+        ("--config missing.json", "--config missing.json: cannot read it"),
+        # a config file's field is named as a field, not as the flag
+        ("--config {seed}", "seed must be >= 0 (a non-negative int), got seed=-1"),
+    ],
+)
+def test_show_step_refuses_repeats_and_huge_batches(corpus, tmp_path, capsys, args, message):
+    seed = tmp_path / "seed.json"
+    seed.write_text(
+        json.dumps({"sources": {"a": str(corpus)}, "block": 8, "global_batch_size": 2, "seed": -1})
+    )
+    args = args.format(c=corpus, seed=seed).split()
+    if "--config" not in args:
+        args = ["--block", "8", *args] + ["--batch-size", "2"] * ("--batch-size" not in args)
+    assert main(["show-step", "0", *args]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_show_step_of_a_compact_config_shows_its_rows(corpus, tmp_path, capsys):
+    config = {"sources": {"a": str(corpus)}, "block": 8, "global_batch_size": 2}
+    outputs = []
+    for layout in ("full", "compact"):
+        (tmp_path / "run.json").write_text(json.dumps({**config, "layout": layout}))
+        assert main(["show-step", "1", "--config", str(tmp_path / "run.json"), "--json"]) == 0
+        outputs.append(json.loads(capsys.readouterr().out))
+    assert outputs[0] == outputs[1] and len(outputs[0]["rows"]) == 2
+
+
+def test_output_cut_short_by_the_reader_is_not_an_error_message(corpus):
+    command = [sys.executable, "-m", "grainpack", "show-step", "0", "--source", f"a={corpus}"]
+    command += ["--block", "4", "--batch-size", "4096"]
+    reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    done = subprocess.run(command, stdout=reader.stdin, stderr=subprocess.PIPE, text=True)
+    reader.stdin.close()
+    assert reader.stdout.read().startswith(b"global step 0: 4096 rows")
+    assert done.stderr == "" and done.returncode == 1  # it was "error: [Errno 32] Broken pipe"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scale", "--documents", "inf"], "argument --documents: must be a whole number"),
+        (["--scale", "--documents", "0"], "--documents and --boundary-documents must be >= 1"),
+        (["--build", "--scale"], "give --build or --scale, not both"),
+        (["--megabytes", "5"], "--megabytes applies to bench --build only"),
+        (["--build", "--documents", "5"], "--documents applies to bench --scale only"),
+        (["--scale", "--tokens", "5"], "--tokens applies to the throughput benchmark"),
+        (["--scale", "--directory", "/nonexistent/x"], "--directory /nonexistent/x: no such"),
+        (["--build", "--megabytes", "0"], "argument --megabytes: must be >= 1, got 0"),
+    ],
+)
+def test_bench_refuses_bad_and_ignored_options_before_any_work(capsys, args, message):
+    try:
+        code = main(["bench", *args])
+    except SystemExit as exit_:  # argparse: a malformed command line
+        code = exit_.code
+    assert code in (1, 2) and message in capsys.readouterr().err
+
+
+def test_build_option_errors_name_the_cause(tmp_path, capsys):
+    (tmp_path / "t.jsonl").write_text('{"text": "hello"}\n')
+    assert main(["build", str(tmp_path / "t.jsonl"), "-o", str(tmp_path / "o")]) == 1
+    assert "text (field 'text') is tokenized by build_corpus" in capsys.readouterr().err
+    text = ["build", str(tmp_path / "t.jsonl"), "-o", str(tmp_path / "o"), "--tokenizer", "bytes"]
+    assert main([*text, "--tiktoken-pattern", "cl100k_base"]) == 1
+    assert "--tiktoken-pattern applies to tiktoken tokenizers" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["demo", "--steps", "abc"])
+    assert "argument --steps: must be an integer, got 'abc'" in capsys.readouterr().err

@@ -112,5 +112,5 @@ def test_convert_corpus_megatron_int32_defaults_to_uint32(tmp_path):
 
 def test_convert_corpus_refuses_same_path(tmp_path):
     write_corpus(tmp_path, [[1]])
-    with pytest.raises(ValueError, match="out must differ from src_path"):
+    with pytest.raises(ValueError, match="the output must differ from the input corpus"):
         convert_corpus(tmp_path, tmp_path, overwrite=True)

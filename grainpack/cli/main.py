@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import shutil
 import sys
@@ -219,24 +220,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--build", action="store_true", help="benchmark building a corpus from text instead"
     )
-    p.add_argument("--megabytes", type=int, default=100, help="--build: MB of text")
+    p.add_argument("--megabytes", type=_positive, default=100, help="--build: MB of text")
     p.add_argument(
         "--scale",
         action="store_true",
         help="instead: the blocked order at scale (a sparse corpus of --documents in a "
         "temporary folder under --directory, deleted afterwards unless --keep)",
     )
-    p.add_argument("--documents", type=float, default=1e9, help="--scale: corpus documents")
+    p.add_argument("--documents", type=_count, default=10**9, help="--scale: corpus documents")
     p.add_argument(
         "--boundary-documents",
-        type=float,
-        default=1e8,
+        type=_count,
+        default=10**8,
         help="--scale: documents of the corpus whose epoch boundary is timed",
     )
     p.add_argument(
         "--quality-documents",
-        type=float,
-        default=1e7,
+        type=_count,
+        default=10**7,
         help="--scale: documents of the randomness comparison (0: skip it)",
     )
     p.add_argument("--keep", action="store_true", help="--scale: keep the corpora")
@@ -261,7 +262,12 @@ def _pairs(items: Sequence[str], what: str, cast: Any = str) -> dict[str, Any]:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise ValueError(f"{what} must look like NAME=VALUE; got {item!r}")
-        out[name] = cast(value)
+        if name in out:
+            raise ValueError(f"{what} names {name!r} twice ({item!r}); give each name once")
+        try:
+            out[name] = cast(value)
+        except ValueError:
+            raise ValueError(f"{what} {item!r}: {value!r} is not a number") from None
     return out
 
 
@@ -287,6 +293,8 @@ def _config(args: argparse.Namespace) -> Any:
     if args.config:
         try:
             fields = json.loads(Path(args.config).read_bytes())
+        except OSError as err:
+            raise ValueError(f"--config {args.config}: cannot read it ({err.strerror})") from None
         except RecursionError:
             raise ValueError(f"{args.config}: JSON nested too deeply to be a config") from None
         except ValueError as err:
@@ -321,6 +329,7 @@ def _config(args: argparse.Namespace) -> Any:
         raise ValueError(
             f"show-step needs {', '.join(missing)} (or a --config FILE that sets them)"
         )
+    fields.pop("layout", None)  # rows are shown from the full layout's arrays
     return PipelineConfig(**fields, provenance=True)
 
 
@@ -338,17 +347,35 @@ def _stage(text: str) -> tuple[int, dict[str, float], int]:
 
 
 def _non_negative(text: str) -> int:
-    value = int(text)
+    value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _count(text: str) -> int:
+    """A whole number of things, also written as a float (``1e9``), >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return int(value)
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
 
 
 def _table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
@@ -456,7 +483,14 @@ def _build_text(args: argparse.Namespace) -> None:
             "use --eos ID|TOKEN (appended to every document) instead of --eos-id"
         )
     options = {"pattern": args.tiktoken_pattern} if args.tiktoken_pattern else {}
-    tokenizer = load_tokenizer(args.tokenizer, **options)
+    try:
+        tokenizer = load_tokenizer(args.tokenizer, **options)
+    except TypeError:
+        if not options:
+            raise
+        raise ValueError(  # another kind's constructor has no pattern
+            f"--tiktoken-pattern applies to tiktoken tokenizers; {args.tokenizer} is not one"
+        ) from None
     kwargs = dict(
         tokenizer=tokenizer,
         field=args.field or "text",
@@ -579,6 +613,13 @@ def _show_step(args: argparse.Namespace) -> None:
             f"{args.processes}: every process holds the same number of rows; choose a batch "
             "size that is a multiple of the process count"
         )
+    tokens = config.global_batch_size * (config.block + 1)
+    if tokens > SHOW_STEP_TOKENS:
+        raise ValueError(
+            f"--batch-size {config.global_batch_size} x (--block {config.block} + 1) is "
+            f"{tokens:,} tokens, more than show-step lays out ({SHOW_STEP_TOKENS:,}; about "
+            "60 bytes a token): show a smaller batch"
+        )
     batches = PipelineBatches(config)
     batch = batches.batch(args.step, 0)
     names = list(config.sources)
@@ -654,6 +695,10 @@ def _show_step(args: argparse.Namespace) -> None:
     )
 
 
+# The most tokens show-step lays out (full layout and provenance: about 4 GB)
+SHOW_STEP_TOKENS = 1 << 26
+
+
 def _stage_note(config: Any) -> str:
     """`` (schedule: stage, stage, ...)`` for a schedule, empty for fixed weights."""
     from grainpack.index.schedule import MixtureSchedule
@@ -706,13 +751,14 @@ def _in_flags(message: str, flags: Mapping[str, str] | None = None) -> str:
     return message
 
 
-def _flags_of(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
-    """The long flag of each option of ``command``, by argparse dest."""
+def _flags_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """The long flag of each option given on the command line, by argparse dest (the same
+    names in a manifest or a --config file stay names)."""
     (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return {
         a.dest: max(a.option_strings, key=len)
-        for a in sub.choices[command]._actions
-        if a.option_strings
+        for a in sub.choices[args.command]._actions
+        if a.option_strings and getattr(args, a.dest, a.default) != a.default
     }
 
 
@@ -743,7 +789,31 @@ def _number(x: float) -> float | None:
     return None if math.isnan(x) else x
 
 
+# bench options that apply to one mode (None: the throughput benchmark)
+BENCH_OPTIONS = {
+    "tokens": None,
+    "quick": None,
+    "megabytes": "build",
+    "documents": "scale",
+    "boundary_documents": "scale",
+    "quality_documents": "scale",
+    "keep": "scale",
+}
+
+
 def _bench(args: argparse.Namespace) -> None:
+    if args.build and args.scale:
+        raise ValueError("give --build or --scale, not both (they are separate benchmarks)")
+    mode = "build" if args.build else "scale" if args.scale else None
+    defaults = vars(_parser().parse_args(["bench"]))
+    for dest, needs in BENCH_OPTIONS.items():
+        if needs != mode and getattr(args, dest) != defaults[dest]:
+            where = f"bench --{needs}" if needs else "the throughput benchmark (no --build/--scale)"
+            raise ValueError(f"--{dest.replace('_', '-')} applies to {where} only")
+    if args.scale and (args.documents < 1 or args.boundary_documents < 1):
+        raise ValueError("--documents and --boundary-documents must be >= 1")
+    if args.scale and args.directory is not None and not Path(args.directory).is_dir():
+        raise ValueError(f"--directory {args.directory}: no such directory; create it first")
     if args.build:
         from grainpack.cli.bench_build import run_build_benchmark
 
@@ -753,9 +823,9 @@ def _bench(args: argparse.Namespace) -> None:
         from grainpack.cli.scale import run_scale_benchmarks
 
         run_scale_benchmarks(
-            documents=int(args.documents),
-            boundary_documents=int(args.boundary_documents),
-            quality_documents=int(args.quality_documents),
+            documents=args.documents,
+            boundary_documents=args.boundary_documents,
+            quality_documents=args.quality_documents,
             directory=args.directory,
             keep=args.keep,
             json_path=args.json,
@@ -798,8 +868,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\ngrainpack {args.command}: interrupted{_kept(args)}", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader (| head) stopped reading: no traceback, no message
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (ValueError, TypeError, IndexError, OSError) as error:
-        message = _in_flags(str(error), _flags_of(parser, args.command))
+        message = _in_flags(str(error), _flags_of(parser, args))
         print(f"grainpack {args.command}: error: {message}", file=sys.stderr)
         return 1
     return 0

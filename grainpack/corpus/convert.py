@@ -19,7 +19,9 @@ import numpy as np
 import tqdm
 
 from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.native import MANIFEST_NAME
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.verify import verify_corpus
 from grainpack.corpus.writer import CorpusWriter
 
 __all__ = ["convert_corpus", "convert_jsonl", "convert_npy"]
@@ -231,9 +233,19 @@ def convert_jsonl(
                 ids = record.get(field) if isinstance(record, dict) else record
                 if not isinstance(ids, list):
                     found = sorted(record) if isinstance(record, dict) else type(record).__name__
+                    if isinstance(record, dict):
+                        texts = [f"field {k!r}" for k, v in record.items() if isinstance(v, str)]
+                    else:
+                        texts = ["the line"] * isinstance(record, str)
+                    hint = (
+                        f"; text ({', '.join(texts)}) is tokenized by build_corpus(tokenizer=...)"
+                        " (grainpack build --tokenizer SPEC)"
+                        if texts
+                        else ""
+                    )
                     raise ValueError(
                         f"{path}:{lineno}: expected a list of ids, or an object with one in "
-                        f"{field=}, found {found}; pass field=<name>"
+                        f"{field=}, found {found}; pass field=<name>{hint}"
                     )
                 try:
                     writer.add(ids)
@@ -271,6 +283,10 @@ def convert_corpus(
         shard_tokens, overwrite: As for ``CorpusWriter``.
         progress: Show a tqdm progress bar over tokens.
 
+    A native source is verified first (:func:`~grainpack.corpus.verify_corpus`; the copy
+    gets new checksums, which must not bless flipped bytes), and its tokenizer record is
+    kept.
+
     Example:
         >>> import tempfile
         >>> from grainpack.corpus.writer import write_corpus
@@ -280,7 +296,12 @@ def convert_corpus(
         [[1, 2], [3]]
     """
     if Path(src_path).resolve() == Path(out).resolve():
-        raise ValueError(f"out must differ from src_path, got {out=}; write to a new directory")
+        raise ValueError(
+            f"the output must differ from the input corpus (both are {src_path}); write to a "
+            "new directory"
+        )
+    if (Path(src_path) / MANIFEST_NAME).is_file():  # the checksums a copy would not carry
+        verify_corpus(src_path, progress=progress)
     src = open_corpus(src_path, eos_id=eos_id)
     if dtype is None:
         dtype = "uint16" if src.dtype.itemsize <= 2 else "uint32"
@@ -289,6 +310,7 @@ def convert_corpus(
         vocab_size=src.vocab_size if vocab_size is None else vocab_size,
         eos_id=src.eos_id if eos_id is None else eos_id,
         shard_tokens=shard_tokens,
+        tokenizer=src.tokenizer,
     )
     with _writing(out, overwrite, options, total=src.num_tokens, unit="tok", progress=progress) as (
         writer,

@@ -33,6 +33,7 @@ from grainpack.corpus.native import (
     DTYPES,
     FORMAT_NAME,
     FORMAT_VERSION,
+    MANIFEST_NAME,
     MAX_TOKEN_ID,
     PathLike,
     content_digest,
@@ -520,7 +521,9 @@ def shuffle_corpus(
     overwrite: bool = False,
 ) -> TokenShardSource:
     """Copies the corpus at ``source`` (any format :func:`open_corpus` reads) to a native
-    corpus at ``path`` whose documents are stored in the random order of ``seed``.
+    corpus at ``path`` whose documents are stored in the random order of ``seed``. A native
+    source is verified first (:func:`~grainpack.corpus.verify_corpus`): the copy gets new
+    checksums, which must not bless flipped bytes.
 
     Example:
         >>> import tempfile
@@ -529,6 +532,10 @@ def shuffle_corpus(
         >>> [x.tolist() for x in shuffle_corpus(f"{d}/a", f"{d}/b", seed=0)]
         [[2], [1], [3]]
     """
+    if (Path(source) / MANIFEST_NAME).is_file():  # the checksums a copy would not carry
+        from grainpack.corpus.verify import verify_corpus
+
+        verify_corpus(source)
     src = open_corpus(source)
     with CorpusWriter(
         path,
