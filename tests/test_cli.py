@@ -487,3 +487,14 @@ def test_build_option_errors_name_the_cause(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--steps", "abc"])
     assert "argument --steps: must be an integer, got 'abc'" in capsys.readouterr().err
+
+
+def test_build_shuffle_refuses_a_busy_output_before_tokenizing(tmp_path, capsys):
+    (tmp_path / "t.jsonl").write_text('{"text": "hello"}\n')
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    args = ["build", str(tmp_path / "t.jsonl"), "--tokenizer", "bytes", "-o"]
+    assert main([*args, str(tmp_path / "out"), "--shuffle", "1"]) == 1
+    assert "holds files that are not part of a corpus (notes.txt)" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "t.jsonl"]  # nothing staged
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"

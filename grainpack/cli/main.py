@@ -406,11 +406,9 @@ TEXT_ONLY = ("tiktoken_pattern", "lines", "eos", "workers", "ray", "ray_address"
 def _build(args: argparse.Namespace) -> None:
     output = Path(args.output)
     if args.shuffle is not None:  # build into a staging directory, then copy shuffled
-        if (output / "manifest.json").exists() and not args.overwrite:  # before tokenizing
-            raise ValueError(
-                f"{output} already holds a corpus (manifest.json present); pass overwrite=True "
-                "to replace it"
-            )
+        from grainpack.corpus.transaction import check_target
+
+        check_target(output, overwrite=args.overwrite)  # before tokenizing
         args.output = str(output.with_name(f".{output.name}.unshuffled"))
     if args.tokenizer is not None:
         try:
@@ -469,7 +467,9 @@ def _key_file(staged: Path) -> Path:
 
 def _built(args: argparse.Namespace) -> str:
     """How a build names what it wrote (with --shuffle: a staging copy, shuffled next)."""
-    return "tokenized, to shuffle next" if args.shuffle is not None else f"wrote {args.output}"
+    if args.shuffle is None:
+        return f"wrote {args.output}"
+    return f"{'tokenized' if args.tokenizer else 'converted'}, to shuffle next"
 
 
 def _build_text(args: argparse.Namespace) -> None:
