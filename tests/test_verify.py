@@ -95,6 +95,10 @@ def test_verify_corpus_flat_layout_and_megatron(tmp_path):
     (seed / "index.json").write_text('{"a.bin": 3}')
     report = verify_corpus(seed, eos_id=0)
     assert (report.kind, report.num_documents, report.max_token_id) == ("flat-shard", 2, 300)
+    assert not any(check.startswith("note:") for check in report.checks)
+    (seed / "a.bin").write_bytes(struct.pack("<4H", 7, 0, 300, 9) + b"\x01")  # 4.5 tokens
+    (note,) = [c for c in verify_corpus(seed).checks if c.startswith("note:")]
+    assert note.endswith("a.bin: 9 bytes for 3 tokens); the rest is not read")
     (tmp_path / "m.bin").write_bytes(struct.pack("<2i", 5, -1))
     idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4, 1, 2)
     idx += struct.pack("<i", 2) + struct.pack("<q", 0) + struct.pack("<2q", 0, 1)

@@ -599,7 +599,8 @@ def _verify(args: argparse.Namespace) -> None:
         f"{report.num_tokens:,} tokens in {report.num_shards} shard(s), {report.dtype}"
     )
     for check in report.checks:
-        print(f"  {'-' if 'skipped' in check else '✓'} {check}")
+        mark = "-" if "skipped" in check else "!" if check.startswith("note:") else "✓"
+        print(f"  {mark} {check}")
 
 
 def _show_step(args: argparse.Namespace) -> None:

@@ -244,6 +244,14 @@ def verify_corpus(
             checks += native_checks
         else:
             high = _scan_source(source, bar, chunk_tokens, str(path))
+    if kind == "flat-shard":  # the window loader reads a shard's indexed tokens only
+        longer = [s for s in source.shards if os.path.getsize(s.tokens_path) > 2 * s.num_tokens]
+        if longer:
+            checks.append(
+                f"note: {len(longer)} shard file(s) hold more than index.json counts (e.g. "
+                f"{longer[0].tokens_path}: {os.path.getsize(longer[0].tokens_path):,} bytes for "
+                f"{longer[0].num_tokens:,} tokens); the rest is not read"
+            )
     check_offsets(source.offsets, source.num_tokens, str(path))
     checks += ["each file listed once", "document offsets", "token ids >= 0"]
     if source.vocab_size is not None:
