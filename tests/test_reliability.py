@@ -95,6 +95,9 @@ def test_corpus_missing_or_truncated_offsets_file_is_refused(tmp_path):
     offsets.unlink()
     with pytest.raises(gp.CorpusError, match=re.escape(f"{offsets}: missing (3 offsets)")):
         gp.open_corpus(path)
+    offsets.mkdir()  # it said "has 4096 bytes ... truncated"
+    with pytest.raises(gp.CorpusError, match=re.escape(f"{offsets}: not a regular file (3 off")):
+        gp.open_corpus(path)
 
 
 def write_offsets(path: pathlib.Path, values: list[int]) -> None:

@@ -43,6 +43,7 @@ import json
 import os
 import re
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import numpy as np
@@ -292,6 +293,8 @@ def _check_size(
     except OSError as err:
         err.filename = str(file)
         raise os_error(err, "opening") from err
+    if not S_ISREG(stat.st_mode):
+        raise CorpusError(f"{file}: not a regular file ({what}); rebuild the corpus")
     size = stat.st_size
     if size == expected:
         return stat
