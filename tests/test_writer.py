@@ -227,3 +227,12 @@ def test_default_dtype_is_the_smallest_that_holds_the_vocabulary(tmp_path):
     assert write_corpus(tmp_path / "b", [[1, 2]], vocab_size=65_536).dtype == np.uint16
     big = write_corpus(tmp_path / "c", [[1, 100_276]], vocab_size=100_277)
     assert big.dtype == np.uint32 and big[0].tolist() == [1, 100_276]
+
+
+def test_an_id_past_int32_is_not_sent_to_uint32(tmp_path):
+    with pytest.raises(
+        ValueError, match=r"2147483648 .* nor the int32 batches; ids must be < 2\*\*31"
+    ):
+        write_corpus(tmp_path / "a", [[1, 2**31]])
+    with pytest.raises(ValueError, match=r"70000 .*max 65535\); use dtype='uint32'"):
+        write_corpus(tmp_path / "b", [[1, 70000]], dtype="uint16")

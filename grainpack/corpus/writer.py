@@ -135,8 +135,10 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
     high = int(arr.max())
     if high > dmax:
         pos = int(np.argmax(arr > dmax))
-        if dmax < MAX_TOKEN_ID:
+        if dmax < MAX_TOKEN_ID and arr[pos] <= MAX_TOKEN_ID:
             where, fix = f"dtype='uint16' (max {dmax})", "use dtype='uint32'"
+        elif dmax < MAX_TOKEN_ID:
+            where, fix = f"dtype='uint16' (max {dmax}) nor the int32 batches", "ids must be < 2**31"
         else:
             where, fix = f"the int32 batch ids (max {dmax})", "ids must be < 2**31"
         raise ValueError(
