@@ -498,3 +498,20 @@ def test_build_shuffle_refuses_a_busy_output_before_tokenizing(tmp_path, capsys)
     assert "holds files that are not part of a corpus (notes.txt)" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "t.jsonl"]  # nothing staged
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+
+
+def test_show_step_config_takes_a_blocked_order(corpus, tmp_path, capsys):
+    config = {"sources": {"a": str(corpus)}, "block": 4, "global_batch_size": 2}
+    blocked = {**config, "order": {"block_docs": 2, "window_blocks": 2}}
+    blocked_config = gp.PipelineConfig(**config, order=gp.BlockedOrder(2, 2), provenance=True)
+    expected = PipelineBatches(blocked_config)
+    (tmp_path / "run.json").write_text(json.dumps(blocked))
+    assert main(["show-step", "4", "--config", str(tmp_path / "run.json"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    batch = expected.batch(4, 0, 1)
+    documents = [[s["document"] for s in r["segments"]] for r in rows]
+    assert documents == [[d for d in row if d >= 0] for row in batch["segment_document"].tolist()]
+    assert documents == [[2, 1], [1, 0]]  # the exact order's step 4: [[2, 1], [2]]
+    (tmp_path / "bad.json").write_text(json.dumps({**config, "order": {"block": 2}}))
+    assert main(["show-step", "3", "--config", str(tmp_path / "bad.json")]) == 1
+    assert '"order" must be "exact" or {"block_docs": C' in capsys.readouterr().err

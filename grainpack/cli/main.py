@@ -39,6 +39,8 @@ EPILOG = {
   grainpack show-step 1200 --source en=corpus/en --source fr=corpus/fr \\
       --weight en=0.7 --weight fr=0.3 --block 2048 --batch-size 256
   grainpack show-step 1200 --config run.json --processes 4
+  (run.json: PipelineConfig fields, e.g. {"sources": {"en": "corpus/en"}, "block": 2048,
+  "global_batch_size": 256, "order": {"block_docs": 4096, "window_blocks": 256}})
   grainpack show-step 52000 --source web=corpus/web --source math=corpus/math \\
       --stage 0:web=0.9,math=0.1 --stage 50000+5000:web=0.5,math=0.5 --block 2048 --batch-size 256
   (a schedule: from step 50000 the weights move linearly to the second stage's over 5000
@@ -311,6 +313,17 @@ def _config(args: argparse.Namespace) -> Any:
                 f"--config {args.config}: unknown PipelineConfig fields {unknown}; the fields "
                 f"are {', '.join(sorted(known))}"
             )
+    order = fields.get("order")
+    if isinstance(order, dict):  # as BlockedOrder.description() writes it
+        from grainpack.index.blocked import BlockedOrder
+
+        spec = {k: v for k, v in order.items() if k != "kind"}
+        if order.get("kind", "blocked") != "blocked" or set(spec) - {"block_docs", "window_blocks"}:
+            raise ValueError(
+                f'--config {args.config}: "order" must be "exact" or {{"block_docs": C, '
+                f'"window_blocks": K}} (a BlockedOrder); got {order}'
+            )
+        fields["order"] = BlockedOrder(**spec)
     if args.source:
         fields["sources"] = _pairs(args.source, "--source")
     if args.weight and args.stage:

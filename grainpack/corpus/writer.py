@@ -133,6 +133,12 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
     if vocab_size is None and largest <= dmax:
         return arr  # every id fits: no scan
     high = int(arr.max())
+    if vocab_size is not None and high >= vocab_size:  # the cause, also when the dtype is short
+        pos = int(np.argmax(arr >= vocab_size))
+        raise ValueError(
+            f"document {index}: token id {arr[pos]} at position {pos} is >= "
+            f"{vocab_size=}; fix the ids or pass the right vocab_size"
+        )
     if high > dmax:
         pos = int(np.argmax(arr > dmax))
         if dmax < MAX_TOKEN_ID and arr[pos] <= MAX_TOKEN_ID:
@@ -143,12 +149,6 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
             where, fix = f"the int32 batch ids (max {dmax})", "ids must be < 2**31"
         raise ValueError(
             f"document {index}: token id {arr[pos]} at position {pos} does not fit {where}; {fix}"
-        )
-    if vocab_size is not None and high >= vocab_size:
-        pos = int(np.argmax(arr >= vocab_size))
-        raise ValueError(
-            f"document {index}: token id {arr[pos]} at position {pos} is >= "
-            f"{vocab_size=}; fix the ids or pass the right vocab_size"
         )
     return arr
 
