@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     )
     from grainpack.pipeline.config import PipelineConfig
     from grainpack.pipeline.dataset import (
+        ConfigMismatchError,
         PipelineIterator,
         make_data_loader,
         make_dataset,
@@ -143,6 +144,7 @@ _PUBLIC = {
     "make_data_loader": "grainpack.pipeline.dataset",
     "make_dataset": "grainpack.pipeline.dataset",
     "make_eval_dataset": "grainpack.pipeline.dataset",
+    "ConfigMismatchError": "grainpack.pipeline.dataset",
     "PackedCorpus": "grainpack.reference.packing",
     "pack_documents": "grainpack.reference.packing",
     "StreamingCorpus": "grainpack.reference.streaming",
@@ -172,6 +174,7 @@ __all__ = [
     "Chain",
     "CheckpointRestore",
     "CheckpointSave",
+    "ConfigMismatchError",
     "CorpusError",
     "CorpusExistsError",
     "CorpusNotFoundError",

@@ -134,3 +134,12 @@ def test_tiktoken_patterns_by_name_and_refused_ones(tokenizer_files):
     # a regex that leaves text unmatched would silently drop it: refused when loaded
     with pytest.raises(ValueError, match=r"split pattern '\[a-z\]\+' does not cover all text"):
         TiktokenTokenizer(path, pattern="[a-z]+").encode_batch(text)
+
+
+def test_an_unknown_tiktoken_file_warns_which_pattern_splits_it(tokenizer_files, recwarn):
+    path = tokenizer_files["tiktoken"]  # a BPE of its own: not a published encoding
+    with pytest.warns(UserWarning, match="split with cl100k_base's pattern; pass pattern="):
+        assert load_tokenizer(path).pattern == "cl100k_base"
+    recwarn.clear()
+    assert load_tokenizer(path, pattern="r50k_base").pattern == "r50k_base"
+    assert not [w for w in recwarn if "tiktoken" in str(w.message)]

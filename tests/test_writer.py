@@ -236,3 +236,5 @@ def test_an_id_past_int32_is_not_sent_to_uint32(tmp_path):
         write_corpus(tmp_path / "a", [[1, 2**31]])
     with pytest.raises(ValueError, match=r"70000 .*max 65535\); use dtype='uint32'"):
         write_corpus(tmp_path / "b", [[1, 70000]], dtype="uint16")
+    with pytest.raises(ValueError, match="70000 at position 1 is >= vocab_size=50257; fix"):
+        write_corpus(tmp_path / "c", [[4, 70000]], vocab_size=50257)  # not "use uint32"

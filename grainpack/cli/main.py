@@ -513,7 +513,7 @@ def _build_text(args: argparse.Namespace) -> None:
         part_bytes=args.part_bytes,
         shard_tokens=args.shard_tokens,
         overwrite=args.overwrite or args.shuffle is not None,
-        progress=True,
+        progress=_bars(),
     )
     key, key_file = None, _key_file(Path(args.output))
     if args.shuffle is not None:  # tokenized by an interrupted run of this command?
@@ -555,7 +555,7 @@ def _build_ids(args: argparse.Namespace) -> None:
         eos_id=args.eos_id,
         shard_tokens=args.shard_tokens,
         overwrite=args.overwrite or args.shuffle is not None,
-        progress=True,
+        progress=_bars(),
     )
     if all(p.suffix == ".npy" for p in inputs):
         src = convert.convert_npy(inputs, output, dtype=args.dtype, **options)
@@ -583,7 +583,7 @@ def _inspect(args: argparse.Namespace) -> None:
     from grainpack.corpus.formats import open_corpus
     from grainpack.corpus.verify import describe_corpus
 
-    stats = describe_corpus(open_corpus(args.path, eos_id=args.eos_id), progress=True)
+    stats = describe_corpus(open_corpus(args.path, eos_id=args.eos_id), progress=_bars())
     if args.json:
         print(json.dumps(stats, indent=2))
         return
@@ -606,7 +606,7 @@ def _inspect(args: argparse.Namespace) -> None:
 def _verify(args: argparse.Namespace) -> None:
     from grainpack.corpus.verify import verify_corpus
 
-    report = verify_corpus(args.path, eos_id=args.eos_id, progress=True)
+    report = verify_corpus(args.path, eos_id=args.eos_id, progress=_bars())
     print(
         f"OK {report.path} ({report.kind}): {report.num_documents:,} documents, "
         f"{report.num_tokens:,} tokens in {report.num_shards} shard(s), {report.dtype}"
@@ -796,6 +796,11 @@ def _kept(args: argparse.Namespace) -> str:
         f"; {done} complete part(s) are kept in {parts}: the same command resumes from them "
         "(delete that folder to drop them)"
     )
+
+
+def _bars() -> bool:
+    """Progress bars on a terminal only: in a log they are carriage-return noise."""
+    return sys.stderr.isatty()
 
 
 def _number(x: float) -> float | None:

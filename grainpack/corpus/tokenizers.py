@@ -15,6 +15,7 @@ import copy
 import hashlib
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -269,6 +270,12 @@ class TiktokenTokenizer(Tokenizer):
     ) -> None:
         super().__init__(path, threads=threads)
         known, self.special_tokens = _TIKTOKEN_FILES.get(self.sha256, (None, {}))
+        if pattern is None and known is None:
+            warnings.warn(
+                f"{path} is not a published tiktoken encoding (by its sha256): its text is split "
+                "with cl100k_base's pattern; pass pattern= (--tiktoken-pattern) to choose",
+                stacklevel=2,
+            )
         self.pattern = pattern or known or "cl100k_base"
         if re.fullmatch(r"\w+", self.pattern) and self.pattern not in TIKTOKEN_PATTERNS:
             raise ValueError(
