@@ -693,7 +693,7 @@ def test_a_refused_restore_names_what_changed(tmp_path, change, message):
     assert all(type(v) is int for v in state.values())  # the state itself stays ints
 
 
-def test_warnings_for_doubled_boundaries_and_mixed_tokenizers(tmp_path, tokenizer_files):
+def test_warnings_for_doubled_or_missing_boundaries_and_mixed_tokenizers(tmp_path, tokenizer_files):
     from grainpack.corpus.build import build_corpus
 
     (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(50)))
@@ -706,10 +706,13 @@ def test_warnings_for_doubled_boundaries_and_mixed_tokenizers(tmp_path, tokenize
         gp.make_dataset(gp.PipelineConfig(sources={"e": eos}, boundary_id=256, **config))
     with pytest.warns(UserWarning, match=r"different tokenizers \('a': bytes , 'b': tiktoken"):
         gp.make_dataset(gp.PipelineConfig(sources={"a": plain, "b": other}, **config))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # one tokenizer, with or without eos: no warning
+    with pytest.warns(UserWarning, match="'a' was built without an end-of-document token"):
         gp.make_dataset(gp.PipelineConfig(sources={"a": plain, "e": eos}, **config))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one separator between documents: no warning
         gp.make_dataset(gp.PipelineConfig(sources={"e": eos}, **config))
+        gp.make_dataset(gp.PipelineConfig(sources={"a": plain}, boundary_id=10, **config))
+        gp.make_dataset(gp.PipelineConfig(sources={"a": plain}, unit="windows", **config))
 
 
 def test_a_stream_and_a_counted_state_go_past_max_slots(two_sources, monkeypatch):

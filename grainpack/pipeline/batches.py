@@ -133,15 +133,27 @@ class PipelineBatches:
 
     def warn_about_sources(self) -> None:
         """Warns (``UserWarning``) of sources recorded as tokenized by different tokenizers
-        (their ids mean different things) and of a ``boundary_id`` equal to the ``eos_id`` a
-        source's build already appended to every document (each would end with two)."""
+        (their ids mean different things), of a ``boundary_id`` equal to the ``eos_id`` a
+        source's build already appended to every document (each would end with two), and of
+        documents built from text without an eos and packed without a boundary (nothing
+        between them)."""
         cfg, seen = self.config, {}
         for name, src in zip(cfg.sources, self.sources):
             identity = src.tokenizer
             if identity is None:
                 continue
             seen[name] = {k: v for k, v in identity.items() if k not in ("file", "eos_appended")}
-            if identity.get("eos_appended") and cfg.boundary_id == src.eos_id:
+            if not identity.get("eos_appended") and cfg.boundary_id is None:
+                if cfg.unit == "documents":
+                    warnings.warn(
+                        f"source {name!r} was built without an end-of-document token (no "
+                        "--eos) and boundary_id is None: its documents are packed back to back "
+                        "with nothing between them. Set boundary_id (e.g. the tokenizer's eos "
+                        "id) or rebuild with --eos",
+                        UserWarning,
+                        stacklevel=3,
+                    )
+            elif identity.get("eos_appended") and cfg.boundary_id == src.eos_id:
                 warnings.warn(
                     f"source {name!r} was built with eos {src.eos_id} appended to every "
                     f"document, and boundary_id={cfg.boundary_id} adds another after each: "
