@@ -232,3 +232,10 @@ def test_a_file_changed_during_the_build_is_refused(tmp_path, change):
         os.remove(file.path)  # open and read to the end all the same
     with pytest.raises(ValueError, match=r"a\.jsonl: changed during the build"):
         list(texts)
+
+
+def test_files_of_other_formats_in_a_directory_are_named(tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", DOCS)
+    (tmp_path / "README.md").write_text("about the data")
+    with pytest.warns(UserWarning, match=r"1 file\(s\) of other formats are not read \(README"):
+        assert [f.path for f in find_inputs(tmp_path)] == [str(tmp_path / "a.jsonl")]

@@ -27,6 +27,7 @@ import io
 import itertools
 import json
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from stat import S_ISREG
@@ -93,9 +94,17 @@ def _expand(item: str) -> list[Path]:
         return [p for p in found if p.is_file()]
     path = Path(item)
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and _format_of(p))
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        found = [p for p in files if _format_of(p)]
         if not found:
             raise ValueError(f"{path}: the directory holds no {'/'.join(FORMATS)} files")
+        other = [p.name for p in files if not _format_of(p)]
+        if other:
+            warnings.warn(
+                f"{path}: {len(other)} file(s) of other formats are not read "
+                f"({', '.join(other[:3])}{', ...' if len(other) > 3 else ''})",
+                stacklevel=4,
+            )
         return found
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such input file or directory")
