@@ -603,3 +603,23 @@ def test_bandit_with_worker_processes_after_close_matches_in_process(corpus):
     for t, (a, b) in enumerate(zip(got, reference)):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key} step {t}")
+
+
+def test_length_buckets_under_the_blocked_order_never_build_the_lengths_array(tmp_path):
+    # reading source.lengths builds 8 bytes a document: 80 GB at 10^10 documents
+    rng = np.random.default_rng(4)
+    src = gp.write_corpus(tmp_path / "c", [np.ones(n, int) for n in rng.integers(1, 90, 400)])
+    selector = gp.LengthBuckets(edges=(30,), rates=(1.0, 0.5), corpus=src)
+    assert src._lengths is None
+    config = gp.PipelineConfig(
+        sources={"c": str(tmp_path / "c")},
+        block=16,
+        global_batch_size=4,
+        order=gp.BlockedOrder(16, 4),
+        sequence_selector=gp.LengthBuckets(edges=(30,), rates=(1.0, 0.5)),
+    )
+    dataset = gp.make_dataset(config, process_index=0, process_count=1)
+    with iter(dataset) as iterator:
+        next(iterator)
+    assert dataset.batches.sources[0]._lengths is None
+    assert selector.corpus is src

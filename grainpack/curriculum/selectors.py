@@ -185,7 +185,8 @@ class LengthBuckets:
                 f"{len(self.edges)} edges make {self.num_buckets} buckets, so rates need "
                 f"{self.num_buckets} values per epoch; got {sorted(counts)}"
             )
-        if self.corpus is not None and not hasattr(self.corpus, "lengths"):  # HasLengths
+        # HasLengths, without reading it: a source's .lengths builds 8 bytes a document
+        if self.corpus is not None and "lengths" not in dir(self.corpus):
             raise TypeError(
                 f"corpus must expose .lengths (e.g. gp.open_corpus(path)); got {self.corpus!r}"
             )
