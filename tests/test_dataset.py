@@ -768,3 +768,29 @@ def test_an_exception_inside_next_skips_nothing(two_sources, monkeypatch):
     for step, (a, b) in enumerate(zip(got, expected)):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key} of step {step}")
+
+
+def test_restarted_workers_start_from_the_counts_of_the_step(two_sources):
+    # A worker restart (close(), as after an online-schedule update) sent the workers a
+    # pipeline without counts, and each counted every earlier slot from 0: O(t) per restart.
+    from grainpack.pipeline.batches import PipelineBatches
+
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(
+        sources=paths,
+        weights={"en": 0.6, "fr": 0.4},
+        block=8,
+        global_batch_size=4,
+        order=gp.BlockedOrder(4, 2),
+    )
+    expected = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 6)
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1, worker_count=1))
+    got = take(it, 3)
+    it.close()
+    got += take(it, 3)  # the restarted worker's pipeline is anchored at step 3
+    it.close()
+    counts = PipelineBatches(cfg).mixer.counts_before(12)
+    assert it._batches.anchor == (12, tuple(counts.tolist())) and counts.sum() == 12
+    for step, (a, b) in enumerate(zip(got, expected, strict=True)):
+        for key in b:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=f"step {step} {key}")

@@ -26,6 +26,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,14 @@ import numpy as np
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.source import TokenShardSource
 
-__all__ = ["SUMMARY_BLOCK_DOCS", "ShardSummary", "block_tokens", "shard_totals", "summary_pieces"]
+__all__ = [
+    "SUMMARY_BLOCK_DOCS",
+    "ShardSummary",
+    "block_tokens",
+    "cached_array",
+    "shard_totals",
+    "summary_pieces",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -126,24 +134,34 @@ def block_tokens(source: TokenShardSource, block_docs: int) -> np.ndarray:
     base = source.summary_block_docs
     if base and block_docs % base == 0:
         return _stored(source, base, block_docs)
-    path = _cache_dir() / f"{source.fingerprint[:32]}-{len(source)}-{block_docs}.npy"
+    name = f"{source.fingerprint[:32]}-{len(source)}-{block_docs}"
     expected = -(-len(source) // block_docs)
+    return cached_array(name, (expected,), lambda: _scan(source, block_docs))
+
+
+def cached_array(
+    name: str, shape: tuple[int, ...], compute: Callable[[], np.ndarray]
+) -> np.ndarray:
+    """The int64 array of ``shape`` cached as ``name`` in the cache folder (see the module
+    docstring), or ``compute()`` stored there: a key names everything the array depends on
+    (a corpus fingerprint first), so every process and worker of a host computes it once."""
+    path = _cache_dir() / f"{name}.npy"
     try:
         cached = np.load(path)
-        if cached.dtype == np.int64 and cached.shape == (expected,):
+        if cached.dtype == np.int64 and cached.shape == shape:
             return cached
     except (OSError, ValueError):
         pass
-    totals = _scan(source, block_docs)
+    array = compute()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
-            np.save(f, totals)
+            np.save(f, array)
         os.chmod(f.name, 0o644)  # other users' jobs on the machine read it too
         os.replace(f.name, path)
-    except OSError as err:  # a read-only home: the totals are still right, only not cached
-        logger.warning("cannot cache block totals in %s: %s", path.parent, err)
-    return totals
+    except OSError as err:  # a read-only home: the array is still right, only not cached
+        logger.warning("cannot cache %s in %s: %s", name, path.parent, err)
+    return array
 
 
 def _stored(source: TokenShardSource, base: int, block_docs: int) -> np.ndarray:

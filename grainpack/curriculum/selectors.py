@@ -28,12 +28,14 @@ the training loop is in :mod:`grainpack.curriculum.online`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from grainpack.corpus.summary import cached_array
 from grainpack.curriculum.protocols import (
     HasLengths,
     RateSchedule,
@@ -398,23 +400,37 @@ class BlockLengthBuckets:
         )
 
     def _table(self) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens and documents per (block, bucket), ``(M, buckets)`` int64 (cached)."""
+        """Tokens and documents per (block, bucket), ``(M, buckets)`` int64: kept on the
+        object, and for a corpus with a fingerprint in the cache folder too (processes,
+        workers and restarts read it instead of passing over the offsets again)."""
         table = self.__dict__.get("_cached_table")
         if table is None:
             corpus, c, k = self._corpus(), self.block_docs, self.buckets.num_buckets
-            n = len(corpus)
-            m = -(-n // c)
-            tokens, docs = np.zeros(m * k, np.int64), np.zeros(m * k, np.int64)
-            step = c * max(1, (1 << 22) // c)
-            for first in range(0, n, step):
-                lengths = np.diff(corpus.offsets_between(first, min(first + step, n)))
-                ids = np.arange(first, first + len(lengths)) // c * k
-                ids += np.searchsorted(self.buckets.edges, lengths, side="right")
-                tokens += np.bincount(ids, weights=lengths, minlength=m * k).astype(np.int64)
-                docs += np.bincount(ids, minlength=m * k)
-            table = tokens.reshape(m, k), docs.reshape(m, k)
+            shape = (2, -(-len(corpus) // c), k)
+            fingerprint = getattr(corpus, "fingerprint", None)
+            if fingerprint is None:
+                both = self._scan(shape)
+            else:
+                edges = hashlib.sha256(repr(self.buckets.edges).encode()).hexdigest()[:16]
+                name = f"{fingerprint[:32]}-{len(corpus)}-{c}-buckets-{edges}"
+                both = cached_array(name, shape, lambda: self._scan(shape))
+            table = both[0], both[1]
             object.__setattr__(self, "_cached_table", table)
         return table
+
+    def _scan(self, shape: tuple[int, int, int]) -> np.ndarray:
+        """The (tokens, documents) table, in one streaming pass over the offsets."""
+        corpus, c, k = self._corpus(), self.block_docs, self.buckets.num_buckets
+        n, size = len(corpus), shape[1] * k
+        tokens, docs = np.zeros(size, np.int64), np.zeros(size, np.int64)
+        step = c * max(1, (1 << 22) // c)
+        for first in range(0, n, step):
+            lengths = np.diff(corpus.offsets_between(first, min(first + step, n)))
+            ids = np.arange(first, first + len(lengths)) // c * k
+            ids += np.searchsorted(self.buckets.edges, lengths, side="right")
+            tokens += np.bincount(ids, weights=lengths, minlength=size).astype(np.int64)
+            docs += np.bincount(ids, minlength=size)
+        return np.stack([tokens, docs]).reshape(shape)
 
     def _kept_table(self, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`_table` and the keep decision of each (block, bucket) in ``epoch``."""

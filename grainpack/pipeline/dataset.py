@@ -191,6 +191,11 @@ class PipelineIterator(grain.DatasetIterator):
     def _open(self) -> Any:
         if self._inner is None:
             workers = self._options.worker_count
+            if workers and self._step and self._batches.config.blocked is not None:
+                # the workers start from the counts before this step, counted here once
+                # (and incrementally: get_state counts them too), not each from slot 0
+                slot = self._step * self._batches.config.global_batch_size
+                self._batches.anchor_at(slot, self._batches.mixer.counts_before(slot))
             elements = PlannedSteps(
                 self._batches, self._step, self._options.process_index, as_bytes=workers > 0
             )
