@@ -333,7 +333,7 @@ class BlockLengthBuckets:
         check_int("block_docs", self.block_docs, minimum=1)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_cached_table"}
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_cached")}
 
     def _corpus(self) -> Any:
         corpus = self.buckets.corpus
@@ -442,9 +442,19 @@ class BlockLengthBuckets:
         return tokens, docs, keep
 
     def block_totals(self, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """int64 ``(kept tokens, kept documents)`` of every block in ``epoch``."""
-        tokens, docs, keep = self._kept_table(seed, epoch)
-        return (tokens * keep).sum(axis=1), (docs * keep).sum(axis=1)
+        """int64 ``(kept tokens, kept documents)`` of every block in ``epoch`` (the last two
+        epochs asked are kept: the planner asks for an epoch more than once)."""
+        recent = self.__dict__.setdefault("_cached_totals", {})
+        totals = recent.get((seed, epoch))
+        if totals is None:
+            tokens, docs, keep = self._kept_table(seed, epoch)
+            totals = (tokens * keep).sum(axis=1), (docs * keep).sum(axis=1)
+            for array in totals:
+                array.flags.writeable = False
+            if len(recent) >= 2:
+                recent.pop(next(iter(recent)))
+            recent[(seed, epoch)] = totals
+        return totals
 
 
 def _check_selector(selector: object, what: str) -> None:
