@@ -41,12 +41,15 @@ class SequenceSelector(Protocol):
     def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray: ...
 
 
-def check_selected_order(selected: object, num_documents: int) -> np.ndarray:
-    """Validate a selector's result: 1-D integer document ids in range, no duplicates.
+def check_selected_order(
+    selected: object, num_documents: int, *, distinct: bool = True
+) -> np.ndarray:
+    """Validate a selector's result: 1-D integer document ids in range (and no duplicates).
 
     Args:
         selected: what a :class:`SequenceSelector` returned.
         num_documents: the corpus size; valid ids are ``0 .. num_documents - 1``.
+        distinct: refuse repeated ids (the pipeline's epochs visit a document at most once).
 
     Returns:
         The ids as a new int64 array.
@@ -58,7 +61,7 @@ def check_selected_order(selected: object, num_documents: int) -> np.ndarray:
         >>> check_selected_order(np.array([2, 0]), 3).tolist()
         [2, 0]
     """
-    fix = "a sequence_selector must return a subset of the document ids it was given, each once"
+    fix = "a sequence_selector must return document ids it was given" + ", each once" * distinct
     arr = np.asarray(selected)
     if arr.ndim != 1:
         raise ValueError(f"selected order must be 1-D, got shape {arr.shape}; {fix}")
@@ -74,6 +77,8 @@ def check_selected_order(selected: object, num_documents: int) -> np.ndarray:
             f"selected order has {int(bad.sum())} ids outside [0, {num_documents}), "
             f"e.g. {shown}; {fix}"
         )
+    if not distinct:
+        return ids
     uniq, counts = np.unique(ids, return_counts=True)
     if uniq.size != ids.size:
         dup = uniq[counts > 1][:10].tolist()
@@ -92,7 +97,8 @@ def global_document_order(
 
     The base order is ``np.random.default_rng([seed, epoch, 0xD0C5]).permutation(n)``: seed
     and epoch are mixed by SeedSequence (never added), so ``(seed=1, epoch=0)`` and
-    ``(seed=0, epoch=1)`` are unrelated. ``sequence_selector`` may then reorder or filter it.
+    ``(seed=0, epoch=1)`` are unrelated. ``sequence_selector`` may then reorder, filter or
+    otherwise transform it (repeat ids, say); the pipeline's selectors may not repeat.
 
     Args:
         num_documents: corpus size, >= 0.
@@ -104,7 +110,8 @@ def global_document_order(
         int64 document ids, bitwise identical for the same arguments in any process.
 
     Raises:
-        TypeError, ValueError: bad arguments or a selector result that is not a subset.
+        TypeError, ValueError: bad arguments, or a selector result that is not 1-D integer
+            ids of this corpus.
 
     Example:
         >>> order = global_document_order(5, seed=0, epoch=0)
@@ -118,7 +125,7 @@ def global_document_order(
     order = rng.permutation(n).astype(np.int64, copy=False)
     if sequence_selector is None:
         return order
-    return check_selected_order(sequence_selector(order.copy(), seed, epoch), n)
+    return check_selected_order(sequence_selector(order.copy(), seed, epoch), n, distinct=False)
 
 
 def shard_documents_for_rank(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:

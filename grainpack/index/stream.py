@@ -21,7 +21,12 @@ import time
 
 import numpy as np
 
-from grainpack.index.orders import SequenceSelector, global_document_order, window_permutation
+from grainpack.index.orders import (
+    SequenceSelector,
+    check_selected_order,
+    global_document_order,
+    window_permutation,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -258,9 +263,10 @@ class SourceRows(EpochRows):
         entry = self._epoch(epoch)
         if entry.plan is None:
             started = time.perf_counter()
-            order = global_document_order(
-                len(self.lengths), seed=self.seed, epoch=epoch, sequence_selector=self.selector
-            )
+            n = len(self.lengths)
+            order = global_document_order(n, seed=self.seed, epoch=epoch)
+            if self.selector is not None:  # each document at most once an epoch
+                order = check_selected_order(self.selector(order.copy(), self.seed, epoch), n)
             entry.plan = stream_plan(self.lengths, order, boundary=self.boundary)
             logger.info(
                 "planned epoch %d (seed %d): %d of %d documents, %d rows, %.3f s",
