@@ -234,7 +234,8 @@ class Progress:
     """A tqdm bar over tokens (its rate is tokens/s) with documents and parts as postfix."""
 
     def __init__(self, parts: int, done: int, enabled: bool) -> None:
-        self.bar = tqdm.tqdm(unit="tok", unit_scale=True, disable=not enabled)
+        resumed = f"resumed, {done} part(s) kept" if done else None  # of an interrupted build
+        self.bar = tqdm.tqdm(desc=resumed, unit="tok", unit_scale=True, disable=not enabled)
         self.parts, self.done, self.documents = parts, done, 0
         self._show()
 
