@@ -210,7 +210,7 @@ class DevicePrefetch(grain.DatasetIterator):
         self._stop = threading.Event()
         # a grain.DataLoader's state is JSON bytes: handed out as its JSON value, which
         # Grain's checkpoint handler writes for a DatasetIterator such as this one
-        self._bytes_state = isinstance(iterator.get_state(), bytes)
+        self._bytes_state = isinstance(iterator, grain.DataLoaderIterator)
         self._thread: threading.Thread | None = None
         # state of the wrapped iterator after the last batch handed out
         self._consumed: Callable[[], Any] | None = None

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from grainpack.corpus.convert import convert_corpus, convert_jsonl, convert_npy
+from grainpack.corpus.errors import CorpusExistsError
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.writer import write_corpus
 
@@ -114,3 +115,21 @@ def test_convert_corpus_refuses_same_path(tmp_path):
     write_corpus(tmp_path, [[1]])
     with pytest.raises(ValueError, match="the output must differ from the input corpus"):
         convert_corpus(tmp_path, tmp_path, overwrite=True)
+
+
+def test_a_copy_refuses_its_output_before_verifying_the_input(tmp_path, monkeypatch):
+    # verifying reads every byte: an output that will be refused must be refused first
+    from grainpack.corpus import convert, verify, writer
+
+    write_corpus(tmp_path / "src", [[1, 2], [3]])
+    write_corpus(tmp_path / "out", [[9]])
+
+    def unexpected(*args, **kwargs):
+        raise AssertionError("verified before the output was checked")
+
+    monkeypatch.setattr(convert, "verify_corpus", unexpected)
+    monkeypatch.setattr(verify, "verify_corpus", unexpected)
+    with pytest.raises(CorpusExistsError, match="already holds a corpus"):
+        convert.convert_corpus(tmp_path / "src", tmp_path / "out")
+    with pytest.raises(CorpusExistsError, match="already holds a corpus"):
+        writer.shuffle_corpus(tmp_path / "src", tmp_path / "out", seed=0)

@@ -436,6 +436,18 @@ def test_prefetch_of_a_data_loader_checkpoints_with_orbax(tmp_path):
     fresh.close()
 
 
+def test_prefetch_reads_no_state_until_asked(tmp_path):
+    # a restored pipeline recomputes its last batch for get_state: not at construction
+    _, full = compact_and_full(tmp_path)
+    inner = iter(gp.make_dataset(full, process_index=0, process_count=1))
+    asked = []
+    get_state = inner.get_state
+    inner.get_state = lambda: asked.append(1) or get_state()
+    batches = gp.prefetch_to_device(inner, single_device_mesh())
+    assert asked == []
+    batches.close()
+
+
 def test_prefetch_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="size must be an int >= 1"):
         gp.prefetch_to_device(iter([]), single_device_mesh(), size=0)

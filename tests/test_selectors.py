@@ -623,3 +623,16 @@ def test_length_buckets_under_the_blocked_order_never_build_the_lengths_array(tm
         next(iterator)
     assert dataset.batches.sources[0]._lengths is None
     assert selector.corpus is src
+
+
+def test_length_buckets_accept_a_corpus_that_forwards_lengths(tmp_path):
+    src = gp.write_corpus(tmp_path / "c", [[1, 2, 3], [4]])
+
+    class Forwarding:  # a wrapper: .lengths comes from __getattr__
+        def __getattr__(self, name):
+            return getattr(src, name)
+
+    selector = gp.LengthBuckets(edges=(2,), rates=(0.0, 1.0), corpus=Forwarding())
+    assert selector(np.array([1, 0]), 0, 0).tolist() == [0]
+    with pytest.raises(TypeError, match="corpus must expose .lengths"):
+        gp.LengthBuckets(edges=(2,), rates=(0.0, 1.0), corpus=object())

@@ -446,6 +446,7 @@ def _build(args: argparse.Namespace) -> None:
                 seed=args.shuffle,
                 shard_tokens=args.shard_tokens,
                 overwrite=args.overwrite,
+                verify=False,  # written (and its input verified) by this command
             )
         except KeyboardInterrupt:  # the tokenized corpus stays: the same command shuffles it
             raise

@@ -21,6 +21,7 @@ import tqdm
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import MANIFEST_NAME
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.transaction import check_target
 from grainpack.corpus.verify import verify_corpus
 from grainpack.corpus.writer import CorpusWriter
 
@@ -300,6 +301,7 @@ def convert_corpus(
             f"the output must differ from the input corpus (both are {src_path}); write to a "
             "new directory"
         )
+    check_target(out, overwrite=overwrite)  # before the work, as the publish would
     if (Path(src_path) / MANIFEST_NAME).is_file():  # the checksums a copy would not carry
         verify_corpus(src_path, progress=progress)
     src = open_corpus(src_path, eos_id=eos_id)

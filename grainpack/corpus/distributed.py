@@ -42,11 +42,18 @@ def _ray() -> Any:
     return ray
 
 
-# Retries of a part whose task dies (a node lost, an OOM kill): a part that kills every worker
-# it runs on fails the build instead of retrying without end.
+# Retries of a part whose task dies (killed, its node lost): a part that kills every worker
+# it runs on fails the build instead of retrying without end (Ray's memory monitor has its
+# own budget, task_oom_retries).
 TASK_RETRIES = 3
 
 _ERRORS = {e.__name__: e for e in (ValueError, TypeError, CorpusError, CorpusExistsError)}
+
+
+def _task_deaths(ray: Any) -> tuple[type[BaseException], ...]:
+    """Ray's errors for a task that died rather than failed."""
+    names = ("WorkerCrashedError", "OutOfMemoryError", "NodeDiedError")
+    return tuple(getattr(ray.exceptions, n) for n in names if hasattr(ray.exceptions, n))
 
 
 def _build_row(row: dict[str, Any], plan: BuildPlan) -> dict[str, Any]:
@@ -117,11 +124,12 @@ def build_corpus_ray(
                         if row["error"]:  # as its type: a part locked elsewhere keeps parts
                             raise _ERRORS.get(row["type"], ValueError)(row["error"])
                         bar.part_done((row["documents"], row["tokens"]))
-                except ray.exceptions.WorkerCrashedError:
+                except _task_deaths(ray) as err:
                     raise WorkerDied(
-                        f"a Ray task died {TASK_RETRIES + 1} times building a part (killed, or "
-                        f"out of memory?); the complete parts are kept in {todo[0].parent}: "
-                        "run the same command again to build the rest"
+                        f"a Ray task died building a part ({type(err).__name__}: killed, out "
+                        f"of memory or its node lost, after Ray's retries); the complete parts "
+                        f"are kept in {todo[0].parent}: run the same command again to build "
+                        "the rest"
                     ) from None
         finally:
             bar.close()

@@ -41,7 +41,7 @@ from grainpack.corpus.native import (
 )
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
-from grainpack.corpus.transaction import Transaction
+from grainpack.corpus.transaction import Transaction, check_target
 from grainpack.index.blocked import feistel, mix_key
 from grainpack.index.checks import check_int, is_int
 
@@ -521,11 +521,13 @@ def shuffle_corpus(
     seed: int,
     shard_tokens: int = 1 << 28,
     overwrite: bool = False,
+    verify: bool = True,
 ) -> TokenShardSource:
     """Copies the corpus at ``source`` (any format :func:`open_corpus` reads) to a native
     corpus at ``path`` whose documents are stored in the random order of ``seed``. A native
-    source is verified first (:func:`~grainpack.corpus.verify_corpus`): the copy gets new
-    checksums, which must not bless flipped bytes.
+    source is verified first (:func:`~grainpack.corpus.verify_corpus`; ``verify=False``
+    skips it, for a corpus just written): the copy gets new checksums, which must not bless
+    flipped bytes.
 
     Example:
         >>> import tempfile
@@ -534,7 +536,8 @@ def shuffle_corpus(
         >>> [x.tolist() for x in shuffle_corpus(f"{d}/a", f"{d}/b", seed=0)]
         [[2], [1], [3]]
     """
-    if (Path(source) / MANIFEST_NAME).is_file():  # the checksums a copy would not carry
+    check_target(path, overwrite=overwrite)  # before the work, as the publish would
+    if verify and (Path(source) / MANIFEST_NAME).is_file():  # checksums a copy would not carry
         from grainpack.corpus.verify import verify_corpus
 
         verify_corpus(source)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -187,8 +188,9 @@ class LengthBuckets:
                 f"{len(self.edges)} edges make {self.num_buckets} buckets, so rates need "
                 f"{self.num_buckets} values per epoch; got {sorted(counts)}"
             )
-        # HasLengths, without reading it: a source's .lengths builds 8 bytes a document
-        if self.corpus is not None and "lengths" not in dir(self.corpus):
+        # HasLengths, without reading a class's property (a source's builds 8 bytes a document)
+        has = "lengths" in dir(type(self.corpus)) or hasattr(self.corpus, "lengths")
+        if self.corpus is not None and not has:
             raise TypeError(
                 f"corpus must expose .lengths (e.g. gp.open_corpus(path)); got {self.corpus!r}"
             )
@@ -445,15 +447,18 @@ class BlockLengthBuckets:
         """int64 ``(kept tokens, kept documents)`` of every block in ``epoch`` (the last two
         epochs asked are kept: the planner asks for an epoch more than once)."""
         recent = self.__dict__.setdefault("_cached_totals", {})
-        totals = recent.get((seed, epoch))
+        lock = self.__dict__.setdefault("_cached_lock", threading.Lock())  # plan-ahead thread
+        with lock:
+            totals = recent.get((seed, epoch))
         if totals is None:
             tokens, docs, keep = self._kept_table(seed, epoch)
             totals = (tokens * keep).sum(axis=1), (docs * keep).sum(axis=1)
             for array in totals:
                 array.flags.writeable = False
-            if len(recent) >= 2:
-                recent.pop(next(iter(recent)))
-            recent[(seed, epoch)] = totals
+            with lock:
+                if len(recent) >= 2:
+                    recent.pop(next(iter(recent)))
+                recent[(seed, epoch)] = totals
         return totals
 
 
