@@ -239,3 +239,10 @@ def test_files_of_other_formats_in_a_directory_are_named(tmp_path):
     (tmp_path / "README.md").write_text("about the data")
     with pytest.warns(UserWarning, match=r"1 file\(s\) of other formats are not read \(README"):
         assert [f.path for f in find_inputs(tmp_path)] == [str(tmp_path / "a.jsonl")]
+
+
+@pytest.mark.parametrize("lines", [False, True])
+def test_a_byte_order_mark_starting_a_text_file_is_not_text(tmp_path, lines):
+    (tmp_path / "a.txt").write_bytes("\ufeffone\ntwo \ufeff\n".encode())
+    expected = ["one", "two \ufeff"] if lines else ["one\ntwo \ufeff\n"]  # inside: text
+    assert documents(find_inputs(tmp_path / "a.txt"), lines=lines) == expected

@@ -79,6 +79,9 @@ class TextSlice:
         return self.stop - self.start if self.stop else self.file.size
 
 
+BOM = "\ufeff"  # a byte order mark, decoded: dropped at the start of a text file
+
+
 def _format_of(path: Path) -> tuple[str, str | None] | None:
     for ending, kind in FORMATS.items():
         if path.name.endswith(ending):
@@ -375,7 +378,7 @@ def _text_documents(piece: TextSlice, lines: bool) -> Iterator[str]:
         with _open(piece.file) as f:
             data = f.read()
         try:
-            yield data.decode("utf-8")
+            yield data.decode("utf-8").removeprefix(BOM)  # an encoding mark, not text
         except UnicodeDecodeError as err:
             raise _decode_error(path, 0, err) from None
         return
@@ -384,6 +387,8 @@ def _text_documents(piece: TextSlice, lines: bool) -> Iterator[str]:
             text = line.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as err:
             raise _decode_error(path, position, err) from None
+        if position == 0:
+            text = text.removeprefix(BOM)
         if text.strip():
             yield text
 
