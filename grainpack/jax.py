@@ -134,8 +134,7 @@ def _check_compact(batch: Any) -> None:
         raise ValueError(f"tokens must be (rows, block + 1) with block >= 1; got {shapes}")
     rows, width = shapes["tokens"]
     expected = {"segment_starts": (rows, -(-(width - 1) // 8)), "filled": (rows,)}
-    wrong = {k: v for k, v in expected.items() if shapes[k] != v}
-    if wrong:
+    if any(shapes[k] != v for k, v in expected.items()):
         raise ValueError(
             f"a compact batch of tokens {shapes['tokens']} has segment_starts of shape "
             f"{expected['segment_starts']} and filled of shape {expected['filled']}; got "

@@ -127,7 +127,7 @@ def test_a_copy_refuses_its_output_before_verifying_the_input(tmp_path, monkeypa
     def unexpected(*args, **kwargs):
         raise AssertionError("verified before the output was checked")
 
-    monkeypatch.setattr(convert, "verify_corpus", unexpected)
+    monkeypatch.setattr(writer, "verify_corpus", unexpected)  # what both copies call
     monkeypatch.setattr(verify, "verify_corpus", unexpected)
     with pytest.raises(CorpusExistsError, match="already holds a corpus"):
         convert.convert_corpus(tmp_path / "src", tmp_path / "out")

@@ -634,5 +634,5 @@ def test_length_buckets_accept_a_corpus_that_forwards_lengths(tmp_path):
 
     selector = gp.LengthBuckets(edges=(2,), rates=(0.0, 1.0), corpus=Forwarding())
     assert selector(np.array([1, 0]), 0, 0).tolist() == [0]
-    with pytest.raises(TypeError, match="corpus must expose .lengths"):
+    with pytest.raises(TypeError, match=r"corpus must expose \.lengths"):
         gp.LengthBuckets(edges=(2,), rates=(0.0, 1.0), corpus=object())

@@ -19,11 +19,8 @@ import numpy as np
 import tqdm
 
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.native import MANIFEST_NAME
 from grainpack.corpus.source import TokenShardSource
-from grainpack.corpus.transaction import check_target
-from grainpack.corpus.verify import verify_corpus
-from grainpack.corpus.writer import CorpusWriter
+from grainpack.corpus.writer import CorpusWriter, copy_dtype, open_to_copy
 
 __all__ = ["convert_corpus", "convert_jsonl", "convert_npy"]
 
@@ -301,14 +298,9 @@ def convert_corpus(
             f"the output must differ from the input corpus (both are {src_path}); write to a "
             "new directory"
         )
-    check_target(out, overwrite=overwrite)  # before the work, as the publish would
-    if (Path(src_path) / MANIFEST_NAME).is_file():  # the checksums a copy would not carry
-        verify_corpus(src_path, progress=progress)
-    src = open_corpus(src_path, eos_id=eos_id)
-    if dtype is None:
-        dtype = "uint16" if src.dtype.itemsize <= 2 else "uint32"
+    src = open_to_copy(src_path, out, overwrite=overwrite, eos_id=eos_id, progress=progress)
     options = dict(
-        dtype=dtype,
+        dtype=copy_dtype(src) if dtype is None else dtype,
         vocab_size=src.vocab_size if vocab_size is None else vocab_size,
         eos_id=src.eos_id if eos_id is None else eos_id,
         shard_tokens=shard_tokens,

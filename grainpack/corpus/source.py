@@ -466,9 +466,12 @@ class TokenShardSource:
             local, here = self._current_local(k), pos[mine] - self._starts_list[k]
             found = np.searchsorted(local, here, side="right") - 1
             # the document found must hold the position: unsorted offsets break the search
-            if found.min() < 0 or found.max() >= local.size - 1:
-                self._fault(k)
-            if (local[found] > here).any() or (local[found + 1] <= here).any():
+            if (
+                found.min() < 0
+                or found.max() >= local.size - 1
+                or (local[found] > here).any()
+                or (local[found + 1] <= here).any()
+            ):
                 self._fault(k)
             out[mine] = starts[k] + found
         return out

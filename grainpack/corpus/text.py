@@ -474,14 +474,16 @@ def _check_unchanged(file: InputFile) -> None:
     after reading it: a file changed during the build would mix two versions)."""
     try:
         stat = os.stat(file.path)
-        now = f"{stat.st_size:,} bytes" if stat.st_mtime_ns == file.mtime_ns else "a new mtime"
     except OSError as err:
         now = err.strerror
-    if now != f"{file.size:,} bytes":
-        raise ValueError(
-            f"{file.path}: changed during the build (planned at {file.size:,} bytes, now "
-            f"{now}); build from files that no longer change"
-        )
+    else:
+        if (stat.st_size, stat.st_mtime_ns) == (file.size, file.mtime_ns):
+            return
+        now = f"{stat.st_size:,} bytes" if stat.st_mtime_ns == file.mtime_ns else "a new mtime"
+    raise ValueError(
+        f"{file.path}: changed during the build (planned at {file.size:,} bytes, now "
+        f"{now}); build from files that no longer change"
+    )
 
 
 def describe_slice(piece: TextSlice) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from grainpack.corpus.native import (
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
 from grainpack.corpus.transaction import Transaction, check_target
+from grainpack.corpus.verify import verify_corpus
 from grainpack.index.blocked import feistel, mix_key
 from grainpack.index.checks import check_int, is_int
 
@@ -514,6 +515,30 @@ def write_corpus(
     return open_corpus(path)
 
 
+def open_to_copy(
+    source: PathLike,
+    out: PathLike,
+    *,
+    overwrite: bool,
+    eos_id: int | None = None,
+    verify: bool = True,
+    progress: bool = False,
+) -> TokenShardSource:
+    """The corpus at ``source``, opened to be copied to ``out``: ``out`` is checked first, as
+    publishing the copy would check it, and a native source is verified (unless ``verify``
+    is false): the copy gets new checksums, which must not bless flipped bytes."""
+    check_target(out, overwrite=overwrite)  # before the work
+    if verify and (Path(source) / MANIFEST_NAME).is_file():
+        verify_corpus(source, progress=progress)
+    return open_corpus(source, eos_id=eos_id)
+
+
+def copy_dtype(src: TokenShardSource) -> str:
+    """The native dtype a copy of ``src`` is written in by default: ``uint16`` for 1- and
+    2-byte tokens (Megatron's small dtypes included), else ``uint32``."""
+    return "uint16" if src.dtype.itemsize <= 2 else "uint32"
+
+
 def shuffle_corpus(
     source: PathLike,
     path: PathLike,
@@ -536,15 +561,10 @@ def shuffle_corpus(
         >>> [x.tolist() for x in shuffle_corpus(f"{d}/a", f"{d}/b", seed=0)]
         [[2], [1], [3]]
     """
-    check_target(path, overwrite=overwrite)  # before the work, as the publish would
-    if verify and (Path(source) / MANIFEST_NAME).is_file():  # checksums a copy would not carry
-        from grainpack.corpus.verify import verify_corpus
-
-        verify_corpus(source)
-    src = open_corpus(source)
+    src = open_to_copy(source, path, overwrite=overwrite, verify=verify)
     with CorpusWriter(
         path,
-        dtype="uint16" if src.dtype.itemsize <= 2 else "uint32",  # as convert_corpus
+        dtype=copy_dtype(src),
         vocab_size=src.vocab_size,
         eos_id=src.eos_id,
         shard_tokens=shard_tokens,

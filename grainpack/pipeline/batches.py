@@ -143,17 +143,17 @@ class PipelineBatches:
             if identity is None:
                 continue
             seen[name] = {k: v for k, v in identity.items() if k not in ("file", "eos_appended")}
-            if not identity.get("eos_appended") and cfg.boundary_id is None:
-                if cfg.unit == "documents":
-                    warnings.warn(
-                        f"source {name!r} was built without an end-of-document token (no "
-                        "--eos) and boundary_id is None: its documents are packed back to back "
-                        "with nothing between them. Set boundary_id (e.g. the tokenizer's eos "
-                        "id) or rebuild with --eos",
-                        UserWarning,
-                        stacklevel=3,
-                    )
-            elif identity.get("eos_appended") and cfg.boundary_id == src.eos_id:
+            appended = identity.get("eos_appended")
+            if not appended and cfg.boundary_id is None and cfg.unit == "documents":
+                warnings.warn(
+                    f"source {name!r} was built without an end-of-document token (no --eos) "
+                    "and boundary_id is None: its documents are packed back to back with "
+                    "nothing between them. Set boundary_id (e.g. the tokenizer's eos id) or "
+                    "rebuild with --eos",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            if appended and cfg.boundary_id == src.eos_id:
                 warnings.warn(
                     f"source {name!r} was built with eos {src.eos_id} appended to every "
                     f"document, and boundary_id={cfg.boundary_id} adds another after each: "
