@@ -120,6 +120,22 @@ def test_open_corpus_megatron_int32(tmp_path):
     assert (src.dtype, src.eos_id) == (np.dtype("int32"), 7)
 
 
+@pytest.mark.parametrize("code", [4, 3])  # int32, int16
+def test_negative_ids_of_a_signed_megatron_file_never_reach_documents_or_batches(tmp_path, code):
+    import grainpack as gp
+
+    _write_megatron(tmp_path / "data", [[5, 6, 7], [8, -1, 9], [1, 2, 3, 4]], code=code)
+    src = open_corpus(tmp_path / "data")
+    assert src[0].tolist() == [5, 6, 7]
+    with pytest.raises(gp.CorpusError, match=r"data.bin: token id -1 at token 4 \(stream posi"):
+        src[1]
+    with pytest.raises(gp.CorpusError, match="at token 4 of shard 0 of source 0 is negative"):
+        config = gp.PipelineConfig(
+            sources={"m": str(tmp_path / "data")}, block=4, global_batch_size=3, boundary_id=10
+        )
+        next(iter(gp.make_dataset(config, process_index=0, process_count=1)))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

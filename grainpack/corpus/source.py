@@ -646,9 +646,19 @@ class TokenShardSource:
         k = bisect.bisect_right(self._starts_list, start) - 1
         if k < len(self._shards) and stop <= self._starts_list[k + 1]:  # one shard: one copy
             local = start - self._starts_list[k]
-            return np.array(self._shard(k)[local : local + stop - start], dtype=self._dtype)
-        out = np.empty(stop - start, dtype=self._dtype)
-        self.read_into(out, start)
+            out = np.array(self._shard(k)[local : local + stop - start], dtype=self._dtype)
+        else:
+            out = np.empty(stop - start, dtype=self._dtype)
+            self.read_into(out, start)
+        if self._dtype.kind == "i" and len(out) and out.min() < 0:
+            position = start + int(np.argmax(out < 0))
+            k = bisect.bisect_right(self._starts_list, position) - 1
+            raise CorpusError(
+                f"{self._shards[k].tokens_path}: token id {out[position - start]} at token "
+                f"{position - self._starts_list[k]} (stream position {position}) is negative (a "
+                "signed token file); token ids are non-negative, so the file is corrupt or not a "
+                "token file: check it with `grainpack verify`"
+            )
         return out
 
     def _check_document(self, index: Any) -> int:

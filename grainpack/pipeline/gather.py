@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from grainpack.corpus.errors import CorpusError
 from grainpack.index.layout import PackedRows
 
 __all__ = ["RowReader", "TokenStream", "token_dtype"]
@@ -111,6 +112,7 @@ class RowReader:
         buffers: list[Any] = [None] * (int(base[-1]) + 1)
         checks: list[Any] = [None] * len(buffers)  # run before every read of the buffer
         self.shards: dict[int, list[int]] = {}  # source -> the shards read, in order
+        self.signed = False  # a signed token file (Megatron's int dtypes) is read
         for g in np.flatnonzero(np.bincount(index[source >= 0], minlength=len(buffers))).tolist():
             j = int(np.searchsorted(base, g, side="right")) - 1
             k = g - int(base[j])
@@ -119,6 +121,7 @@ class RowReader:
             if hasattr(readers[j], "size_check"):
                 checks[g] = readers[j].size_check(k)
             stored = np.dtype(view.format)  # little-endian file bytes, whatever the host
+            self.signed |= stored.kind == "i"
             # mixed token dtypes (or a big-endian host): convert piece by piece
             buffers[g] = view if stored == self.dtype else _Converted(view, stored, self.dtype)
         constants = np.full(self.width + 1, pad_id, dtype=self.dtype)
@@ -127,7 +130,7 @@ class RowReader:
         # Tables stay numpy arrays, and views and slices are made per read (a few dozen):
         # Python objects per piece (millions with short documents) make every run of the
         # cyclic GC traverse them, which stalled next() for tens of milliseconds.
-        self.buffers, self.checks = buffers, checks
+        self.buffers, self.checks, self.base = buffers, checks, base
         self.table = np.stack([index, start, stop])  # one slice and tolist per read
         lengths = stop - start
         at = np.cumsum(lengths) - lengths  # token position of each piece (pieces tile rows)
@@ -150,10 +153,29 @@ class RowReader:
             for _ in range(p0, p1, JOIN_PIECES):
                 data += bytearray().join(itertools.islice(views, JOIN_PIECES))
         tokens = np.frombuffer(data, self.dtype)
+        if self.signed and len(tokens) and tokens.min() < 0:
+            self._refuse_negative(tokens, shards, lo, hi)
         m0, m1 = self.row_marks.item(first), self.row_marks.item(stop)
         if m1 > m0:
             tokens[self.marks[m0:m1] - first * self.width] = self.boundary_id
         return tokens.reshape(stop - first, self.width)
+
+    def _refuse_negative(
+        self, tokens: np.ndarray, shards: list[int], lo: list[int], hi: list[int]
+    ) -> None:
+        """Raises :class:`CorpusError` naming the first negative id of ``tokens`` (read from
+        the pieces ``(shards, lo, hi)``) and where it is stored."""
+        position = int(np.argmax(tokens < 0))
+        ends = np.cumsum(np.subtract(hi, lo))
+        piece = int(np.searchsorted(ends, position, side="right"))
+        local = hi[piece] - int(ends[piece]) + position  # in the piece's shard
+        g = shards[piece]
+        source = int(np.searchsorted(self.base, g, side="right")) - 1
+        raise CorpusError(
+            f"token id {tokens[position]} at token {local} of shard {g - int(self.base[source])} "
+            f"of source {source} is negative (a signed token file); token ids are non-negative, "
+            "so the file is corrupt or not a token file: check it with `grainpack verify`"
+        )
 
 
 def _row_firsts(positions: np.ndarray, num_rows: int, width: int) -> np.ndarray:
