@@ -201,7 +201,7 @@ def test_closing_workers_mid_stream_is_prompt(two_sources):
     time.sleep(1)  # the workers fill their queues
     start = time.perf_counter()
     it.close()
-    assert time.perf_counter() - start < 10
+    assert time.perf_counter() - start < 20  # 1-2 s; over 10 s once on a loaded machine
 
 
 def test_grain_elements_plan_about_8m_tokens(two_sources):
