@@ -47,3 +47,9 @@ def test_rewards_that_overflow_the_preferences_are_refused():
     with pytest.raises(ValueError, match=r"rewards \[1e\+308, 0.0\] times learning_rate=10.0"):
         bandit.update(0, [1e308, 0.0])
     assert bandit.updates == 0
+    # each preference finite, their difference not: the shift to a top of 0 overflows
+    with pytest.raises(ValueError, match="overflow the preferences"):
+        bandit.update(0, [1e307, -1e307])
+    with pytest.raises(TypeError, match="epoch must be an int"):
+        bandit.update(0.0, [0.0, 0.0])
+    assert bandit.updates == 0 and bandit.state_dict()["preferences"] == [0.0, 0.0]

@@ -140,6 +140,10 @@ def test_rewards_that_overflow_the_preferences_are_refused():
     bandit = gp.MixtureBandit(["a", "b"], stage_steps=10, learning_rate=10.0)
     with pytest.raises(ValueError, match="overflow the preferences"):
         bandit.update(0, [1e308, 0.0])
+    with pytest.raises(ValueError, match="overflow the preferences"):  # in the shift to 0
+        bandit.update(0, [1e308, -1e308])
+    with pytest.raises(TypeError, match="stage must be an int"):
+        bandit.update(True, [0.0, 0.0])
     assert bandit.updates == 0 and bandit.policy() == (0.5, 0.5)
 
 

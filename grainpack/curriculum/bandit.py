@@ -51,14 +51,16 @@ def learn_preferences(
         h if math.isnan(r) else keep * h + learning_rate * r
         for h, r in zip(preferences, rewards, strict=True)
     ]
+    if all(math.isfinite(h) for h in prefs):
+        top = max(prefs)
+        prefs = [h - top for h in prefs]  # the shift itself can overflow
     if not all(math.isfinite(h) for h in prefs):
         raise ValueError(
             f"rewards {list(rewards)} times learning_rate={learning_rate} overflow the "
             "preferences; report rewards on a bounded scale (for example losses, or their "
             "differences, not their exponentials)"
         )
-    top = max(prefs)
-    return [h - top for h in prefs]
+    return prefs
 
 
 class LengthBandit:
@@ -167,7 +169,7 @@ class LengthBandit:
         Returns:
           The rates decided for epoch ``epoch + delay``.
         """
-        if epoch != self.updates:
+        if check_int("epoch", epoch) != self.updates:
             raise ValueError(
                 f"expected the rewards of epoch {self.updates}; got {epoch=}. Report every "
                 "epoch once, in order (a restored bandit continues where its state ended)"

@@ -205,7 +205,7 @@ class MixtureBandit:
         Returns:
           The weights decided for stage ``stage + delay``.
         """
-        if stage != self.updates:
+        if check_int("stage", stage) != self.updates:
             raise ValueError(
                 f"expected the rewards of stage {self.updates}; got {stage=}. Report every "
                 "stage once, in order (a restored bandit continues where its state ended)"
