@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -92,6 +93,27 @@ def test_config_rejects_bad_input():
         gp.PipelineConfig(
             sources=paths, block=8, global_batch_size=4, unit="windows", boundary_id=3
         )
+
+
+class _NoRepr:
+    def __call__(self, order, seed, epoch):
+        return order
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [_NoRepr(), functools.partial(keep_all), gp.PerSource({"en": _NoRepr()})],
+    ids=["object", "partial", "nested"],
+)
+def test_a_selector_whose_repr_holds_an_address_is_refused(selector):
+    # the address differs in every process: the fingerprint would refuse every restore
+    with pytest.raises(TypeError, match=r"repr .* holds a memory address.* __repr__"):
+        gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, sequence_selector=selector)
+    lengths = gp.LengthBuckets(edges=[4], rates=[1.0, 0.5])  # a repr of its parameters
+    config = gp.PipelineConfig(
+        sources=PATHS, block=8, global_batch_size=4, sequence_selector=lengths
+    )
+    assert " at 0x" not in config.description()["sequence_selector"]
 
 
 def test_weights_accept_any_real_number_type(tmp_path):

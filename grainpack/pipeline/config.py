@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -138,6 +139,14 @@ class PipelineConfig:
             raise TypeError(
                 "sequence_selector must be callable (order, seed, epoch) -> order or bind to "
                 f"sources (gp.PerSource); got {selector!r}"
+            )
+        if selector is not None and re.search(r" at 0x[0-9a-fA-F]+", describe_selector(selector)):
+            raise TypeError(
+                f"sequence_selector's repr {describe_selector(selector)!r} holds a memory "
+                "address, which differs in every process: the config fingerprint would change "
+                "and no checkpoint would restore. Give the selector's class a __repr__ naming "
+                "its parameters (a dataclass has one), or pass a module-level function (a "
+                "functools.partial names its function's address: use a dataclass instead)"
             )
         if isinstance(selector, PerSource):  # its keys are source names
             selector.check_sources(list(self.sources))
