@@ -428,6 +428,13 @@ def test_a_refused_state_keeps_the_anchor_of_an_online_schedule(two_sources):
     assert it._batches.anchor == anchor and it.get_state()["step"] == 9001
 
 
+@pytest.mark.parametrize("make", [gp.make_dataset, gp.make_data_loader])
+def test_a_negative_worker_count_is_refused_in_our_words(two_sources, make):
+    cfg = gp.PipelineConfig(sources=two_sources[0], block=8, global_batch_size=4)
+    with pytest.raises(ValueError, match="worker_count must be >= 0"):
+        make(cfg, process_index=0, process_count=1, worker_count=-1)
+
+
 def test_make_data_loader_refuses_workers_with_an_online_schedule(two_sources):
     paths, _ = two_sources
     bandit = gp.MixtureBandit(list(paths), stage_steps=10)

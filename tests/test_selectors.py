@@ -322,6 +322,23 @@ def test_selector_built_on_another_corpus_is_a_clear_error(corpus):
         sel(np.arange(len(src) + 5), 0, 0)
 
 
+@pytest.mark.parametrize("blocked", [False, True])
+def test_length_buckets_refuse_float_ids_and_negative_epochs(corpus, blocked):
+    src, _ = corpus
+    sel = LengthBuckets(edges=EDGES, rates=[(1.0, 0.0, 1.0), (1.0, 1.0, 1.0)], corpus=src)
+    sel = sel.for_blocks(4) if blocked else sel
+    with pytest.raises(TypeError, match="order must hold integer document ids; got dtype float"):
+        sel(np.array([0.9, 1.7]), 0, 0)  # was truncated to documents 0 and 1
+    with pytest.raises(ValueError, match="epoch must be >= 0"):
+        sel(np.arange(4), 0, -1)  # was the table's last row
+    assert sel(np.array([], dtype=np.int64), 0, 0).tolist() == []
+
+
+def test_length_buckets_rates_table_of_numpy_rows():
+    rows = [np.array([1.0, 0.5]), np.array([1.0, 1.0])]
+    assert LengthBuckets(edges=(10,), rates=rows).rates == ((1.0, 0.5), (1.0, 1.0))
+
+
 # -- bad input -------------------------------------------------------------------------------
 
 

@@ -135,6 +135,16 @@ class LinearRamp:
         return tuple(min(1.0, max(0.0, a + (b - a) * t)) for a, b in zip(self.start, self.end))
 
 
+def _document_ids(order: object, seed: int, epoch: int) -> np.ndarray:
+    """``order`` as int64 document ids, after checking it and the selector's arguments."""
+    check_int("seed", seed, minimum=0)
+    check_int("epoch", epoch, minimum=0)
+    docs = np.asarray(order)
+    if docs.size and docs.dtype.kind not in "iu":
+        raise TypeError(f"order must hold integer document ids; got dtype {docs.dtype}")
+    return docs.astype(np.int64, copy=False)
+
+
 @dataclasses.dataclass(frozen=True)
 class LengthBuckets:
     """Keep a per-epoch fraction of each document-length bucket.
@@ -179,7 +189,7 @@ class LengthBuckets:
                     "rates must be a sequence of per-bucket rates, a table of them (one row "
                     f"per epoch) or a RateSchedule; got {rates!r}"
                 )
-            rows = rates if isinstance(rates[0], Sequence) else [rates]
+            rows = rates if isinstance(rates[0], Sequence | np.ndarray) else [rates]
             rates = tuple(check_rates("rates", row) for row in rows)
             object.__setattr__(self, "rates", rates)
         counts = {len(row) for row in rates} if isinstance(rates, tuple) else {rates.num_buckets}
@@ -243,7 +253,7 @@ class LengthBuckets:
 
     def _keep(self, order: np.ndarray, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """(bucket of each document of ``order``, keep mask)."""
-        docs = np.asarray(order, dtype=np.int64)
+        docs = _document_ids(order, seed, epoch)
         buckets = self.bucket_of(docs)
         rates = self.rates_for(epoch)
         limits = np.array([min(int(r * 2.0**64), 2**64 - 1) for r in rates], dtype=np.uint64)
@@ -253,16 +263,14 @@ class LengthBuckets:
         return buckets, (hashes < limits[buckets]) | always[buckets]
 
     def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
-        docs = np.asarray(order, dtype=np.int64)
-        return docs[self._keep(docs, seed, epoch)[1]]
+        keep = self._keep(order, seed, epoch)[1]
+        return np.asarray(order, dtype=np.int64)[keep]
 
     def report(self, order: np.ndarray | None, seed: int, epoch: int) -> BucketReport:
         """What ``self(order, seed, epoch)`` keeps per bucket; ``None``: every document.
 
         Selection ignores positions, so ``None`` gives the same counts as the base order.
         """
-        check_int("seed", seed, minimum=0)
-        check_int("epoch", epoch, minimum=0)
         if order is None:
             order = np.arange(len(self._all_lengths()))
         buckets, keep = self._keep(order, seed, epoch)
@@ -359,15 +367,15 @@ class BlockLengthBuckets:
         self, order: np.ndarray, seed: int, epoch: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(bucket, keep mask, length) of each document of ``order``."""
-        docs = np.asarray(order, dtype=np.int64)
+        docs = _document_ids(order, seed, epoch)
         corpus = self._corpus()
         lengths = corpus.document_offsets(docs + 1) - corpus.document_offsets(docs)
         buckets = np.searchsorted(self.buckets.edges, lengths, side="right")
         return buckets, self._keep(docs // self.block_docs, buckets, seed, epoch), lengths
 
     def __call__(self, order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
-        docs = np.asarray(order, dtype=np.int64)
-        return docs[self._documents(docs, seed, epoch)[1]]
+        keep = self._documents(order, seed, epoch)[1]
+        return np.asarray(order, dtype=np.int64)[keep]
 
     def report(self, order: np.ndarray | None, seed: int, epoch: int) -> BucketReport:
         """What ``self(order, seed, epoch)`` keeps per bucket (as
@@ -382,8 +390,6 @@ class BlockLengthBuckets:
           >>> r.documents, r.kept_documents, r.kept_tokens
           ((2, 1), (2, 0), (8, 0))
         """
-        check_int("seed", seed, minimum=0)
-        check_int("epoch", epoch, minimum=0)
         if order is not None:
             return self.buckets._report(epoch, *self._documents(order, seed, epoch))
         tokens, docs, keep = self._kept_table(seed, epoch)

@@ -611,6 +611,7 @@ def make_data_loader(
       >>> next(iter(loader))["targets"].shape
       (2, 8)
     """
+    worker_count = check_int("worker_count", worker_count)
     p, count = process_index_and_count(process_index, process_count)
     batches = PipelineBatches(config, process_count=count)
     batches.check_index_memory(max_index_bytes, copies=max(1, worker_count))
