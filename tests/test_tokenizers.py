@@ -43,6 +43,20 @@ def test_encode_batch_equals_the_librarys_encode(tokenizer_files, kind):
     assert max(max(ids, default=0) for ids in expected) < tokenizer.vocab_size
 
 
+def test_a_tokenizer_json_padding_and_truncation_are_turned_off(tokenizer_files, tmp_path):
+    # as sentence-transformers files ship: pads to a batch's longest text, cuts at max_length
+    import tokenizers
+
+    model = tokenizers.Tokenizer.from_file(str(tokenizer_files["huggingface"]))
+    plain = [model.encode(text).ids for text in TEXTS]
+    model.enable_padding(pad_id=0)
+    model.enable_truncation(max_length=8)
+    model.save(str(tmp_path / "tokenizer.json"))
+    assert [len(e.ids) for e in model.encode_batch(TEXTS[:2])] == [8, 8]  # the file's settings
+    got = load_tokenizer(tmp_path / "tokenizer.json").encode_batch(TEXTS)
+    assert [list(ids) for ids in got] == plain and max(map(len, plain)) > 8
+
+
 def test_tiktoken_encoding_is_the_plain_text_encoding(tokenizer_files):
     encoding = load_tokenizer(tokenizer_files["tiktoken"]).model
     assert encoding.encode(TEXTS[0]) == encoding.encode_ordinary(TEXTS[0])

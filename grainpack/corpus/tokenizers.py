@@ -206,13 +206,19 @@ class ByteTokenizer(Tokenizer):
 
 
 class HuggingFaceTokenizer(Tokenizer):
-    """A Hugging Face ``tokenizers`` file (``tokenizer.json``); ids of ``Tokenizer.encode``."""
+    """A Hugging Face ``tokenizers`` file (``tokenizer.json``); ids of ``Tokenizer.encode``
+    with the file's padding and truncation turned off (sentence-transformers files ship both:
+    padding to the longest text of a batch, or cutting every document at ``max_length``,
+    would change a corpus's documents)."""
 
     kind = "huggingface"
 
     def _load(self) -> Any:
         tokenizers = _need("tokenizers", "a tokenizer.json")
-        return tokenizers.Tokenizer.from_file(str(self.path))
+        model = tokenizers.Tokenizer.from_file(str(self.path))
+        model.no_padding()
+        model.no_truncation()
+        return model
 
     @property
     def vocab_size(self) -> int:
