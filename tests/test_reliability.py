@@ -804,6 +804,27 @@ for i in range(len(src)):
     assert errors and all(str(tmp_path / "c" / "tokens-00003.bin") in e for e in errors)
 
 
+@pytest.mark.parametrize("read", ["src[i]", "src.read_span(i, 0, 1)", "src.lengths"])
+def test_an_offsets_file_truncated_under_a_live_source_raises_not_sigbus(tmp_path, read):
+    code = (
+        CHILD_PRELUDE
+        + f"""
+src = gp.open_corpus(path)
+[src[i] for i in range(len(src))]  # maps every offsets file
+os.truncate(path / "offsets-00003.bin", 0)
+for i in range(len(src)):
+    try:
+        {read}
+    except gp.CorpusError as err:
+        print("ERROR", i, err)
+"""
+    )
+    result = run_child(code, str(tmp_path / "c"))
+    assert result.returncode == 0, result.stderr[-3000:]  # no SIGBUS (exit 135)
+    errors = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
+    assert errors and all(str(tmp_path / "c" / "offsets-00003.bin") in e for e in errors)
+
+
 def test_a_corpus_of_more_shards_than_the_soft_open_file_limit_is_read(tmp_path):
     """Every mapped shard keeps two descriptors (Python's mmap dups them): 500 shards under
     a soft limit of 256 ran out of them before grainpack raised the soft limit."""

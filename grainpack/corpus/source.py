@@ -264,7 +264,7 @@ class TokenShardSource:
             lengths = np.empty(len(self), dtype=np.int64)
             starts = self._document_starts()
             for k in range(len(self._shards)):
-                local = self._local(k, check=True)
+                local = self._current_local(k, check=True)
                 np.subtract(local[1:], local[:-1], out=lengths[starts[k] : starts[k + 1]])
             lengths.flags.writeable = False
             self._lengths = lengths
@@ -273,11 +273,11 @@ class TokenShardSource:
     def _build_offsets(self) -> np.ndarray:
         starts = self._document_starts()
         if len(self._shards) == 1:
-            offsets = self._local(0, check=True)
+            offsets = self._current_local(0, check=True)
         else:
             offsets = np.zeros(starts[-1] + 1, dtype=np.int64)
             for k in range(len(self._shards)):
-                local = self._local(k, check=True)
+                local = self._current_local(k, check=True)
                 np.add(
                     local[1:], self._starts_list[k], out=offsets[starts[k] + 1 : starts[k + 1] + 1]
                 )
@@ -311,15 +311,13 @@ class TokenShardSource:
             self._checked[k] = True
         return local
 
-    def _current_local(self, k: int) -> np.ndarray:
+    def _current_local(self, k: int, *, check: bool = False) -> np.ndarray:
         """:meth:`_local` after checking that its offsets file is still the one opened (one
-        ``stat``), so that a file truncated in place raises instead of ``SIGBUS``. For reads
-        of many documents at once (a plan), where the ``stat`` is small against the work; a
-        single document's read (``src[i]``) checks only its tokens file."""
+        ``stat``), so that a file truncated in place raises instead of ``SIGBUS``."""
         index = self._shards[k].documents
         if isinstance(index, OffsetsFile) and index.identity is not None:
             index.identity.check(index.path)
-        return self._local(k)
+        return self._local(k, check=check)
 
     def _document_starts(self) -> list[int]:
         """First document of each shard, then the number of documents (scans shards whose
@@ -674,7 +672,7 @@ class TokenShardSource:
         """Stream range of document ``i`` (its shard's offsets checked on first use)."""
         starts = self._document_starts()
         k = bisect.bisect_right(starts, i) - 1
-        local = self._local(k, check=True)
+        local = self._current_local(k, check=True)
         base = self._starts_list[k]
         return base + int(local[i - starts[k]]), base + int(local[i - starts[k] + 1])
 
