@@ -160,6 +160,39 @@ def test_find_inputs_globs_directories_and_errors(tmp_path):
         find_inputs(tmp_path / "empty")
 
 
+def test_links_loops_repeats_and_unlistable_directories_are_never_skipped(tmp_path, monkeypatch):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "real").mkdir()
+    write_jsonl(tmp_path / "d" / "a.jsonl", ["x"])
+    write_jsonl(tmp_path / "real" / "b.jsonl", ["y"])
+    (tmp_path / "d" / "linked").symlink_to(tmp_path / "real")  # a linked folder is read
+    names = [f.path.removeprefix(str(tmp_path)) for f in find_inputs(tmp_path / "d")]
+    assert names == ["/d/a.jsonl", "/d/linked/b.jsonl"]
+    with pytest.raises(ValueError, match=r"d/a.jsonl: the same file as .*d/a.jsonl \(named twice"):
+        find_inputs([tmp_path / "d", tmp_path / "d" / "a.jsonl"])
+    (tmp_path / "d" / "loop").symlink_to(tmp_path / "d")  # each file was read ~40 times
+    for spec in (tmp_path / "d", f"{tmp_path}/d/**/*.jsonl"):
+        with pytest.raises(ValueError, match=r"d/loop: the directory .*d again \(a symbolic link"):
+            find_inputs(spec)
+    (tmp_path / "d" / "loop").unlink()
+    (tmp_path / "d" / "c.jsonl").symlink_to(tmp_path / "missing.jsonl")  # a dangling link
+    for spec in (tmp_path / "d", f"{tmp_path}/d/*.jsonl"):
+        with pytest.raises(ValueError, match=r"c.jsonl: cannot read the file \(No such file"):
+            find_inputs(spec)
+    (tmp_path / "d" / "c.jsonl").unlink()
+    scandir = os.scandir
+
+    def locked(path="."):  # as an unreadable folder lists for a user who is not root
+        if os.fspath(path).endswith("linked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", locked)
+    for spec in (tmp_path / "d", f"{tmp_path}/d/**/*.jsonl"):
+        with pytest.raises(ValueError, match=r"linked: cannot list the directory \(Permission"):
+            find_inputs(spec)
+
+
 def test_jsonl_errors_name_the_file_and_byte(tmp_path):
     path = tmp_path / "a.jsonl"
     cases = [

@@ -91,13 +91,18 @@ def _format_of(path: Path) -> tuple[str, str | None] | None:
 
 def _expand(item: str) -> list[Path]:
     if glob.has_magic(item):
+        if "**" in item:  # glob skips unreadable directories and loops without a word
+            parts = Path(item).parts
+            prefix = Path(*parts[: next(i for i, p in enumerate(parts) if glob.has_magic(p))])
+            if prefix.is_dir():
+                _walk(prefix)
         found = sorted(Path(p) for p in glob.glob(item, recursive=True))
         if not found:
             raise FileNotFoundError(f"{item}: the pattern matches no file")
-        return [p for p in found if p.is_file()]
+        return [p for p in found if not p.is_dir()]  # a broken link is refused by its read
     path = Path(item)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file())
+        files = _walk(path)
         found = [p for p in files if _format_of(p)]
         if not found:
             raise ValueError(f"{path}: the directory holds no {'/'.join(FORMATS)} files")
@@ -112,6 +117,25 @@ def _expand(item: str) -> list[Path]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such input file or directory")
     return [path]
+
+
+def _walk(top: Path) -> list[Path]:
+    """Every non-directory entry under ``top``, sorted, following links to directories; an
+    unreadable directory or one reached twice (a link loop) raises instead of being skipped."""
+
+    def refuse(err: OSError) -> None:
+        raise ValueError(f"{err.filename}: cannot list the directory ({err.strerror})") from err
+
+    files, seen = [], {}
+    for here, _, names in os.walk(top, onerror=refuse, followlinks=True):
+        first = seen.setdefault(os.path.realpath(here), here)
+        if first != here:
+            raise ValueError(
+                f"{here}: the directory {first} again (a symbolic link loop, or two links to "
+                "one directory): its files would be read twice; remove the link"
+            )
+        files += [Path(here, name) for name in names]
+    return sorted(files)
 
 
 def _parquet_groups(path: Path, field: str) -> tuple[tuple[int, int], ...]:
@@ -159,7 +183,7 @@ def find_inputs(inputs: PathLike | Sequence[PathLike], *, field: str = "text") -
         [('jsonl', None, 15)]
     """
     items = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
-    files = []
+    files, named = [], {}
     for path in (p for item in items for p in _expand(os.fspath(item))):
         kind = _format_of(path)
         if kind is None:
@@ -178,6 +202,11 @@ def find_inputs(inputs: PathLike | Sequence[PathLike], *, field: str = "text") -
                 f.read(1)
         except OSError as err:
             raise ValueError(f"{path}: cannot read the file ({err.strerror})") from err
+        if (first := named.setdefault((stat.st_dev, stat.st_ino), path)) is not path:
+            raise ValueError(
+                f"{path}: the same file as {first} (named twice, through a link or overlapping "
+                "inputs): its documents would be stored twice; name each file once"
+            )
         groups = _parquet_groups(path, field) if kind[0] == "parquet" else ()
         files.append(InputFile(str(path), *kind, stat.st_size, stat.st_mtime_ns, groups))
     if not files:
