@@ -32,6 +32,8 @@ def _docs(src) -> list[list[int]]:
         ([2**32], {"dtype": "uint32"}, ValueError, "token id 4294967296 at position 0"),
         ([1, 12], {"vocab_size": 12}, ValueError, "token id 12 at position 1 is >= vocab_size=12"),
         (["a"], {}, TypeError, "expected integer token ids"),  # strings
+        ([5, True, 7], {}, TypeError, "found True at position 1"),  # numpy made it 1
+        ((5, np.False_), {}, TypeError, "found np.False_ at position 1"),
         ([1, 2**64], {}, ValueError, "token id 18446744073709551616 at position 1 does not fit"),
     ],
 )

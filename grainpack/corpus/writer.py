@@ -124,6 +124,12 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
             f"document {index}: expected integer token ids, found dtype "
             f"{arr.dtype}; convert the ids to integers first"
         )
+    if isinstance(tokens, list | tuple) and {bool, np.bool_} & set(map(type, tokens)):
+        pos = next(i for i, t in enumerate(tokens) if isinstance(t, bool | np.bool_))
+        raise TypeError(  # numpy made it 0 or 1
+            f"document {index}: expected integer token ids, found {tokens[pos]!r} at position "
+            f"{pos}; convert the ids to integers first"
+        )
     if arr.dtype.kind == "i" and int(arr.min()) < 0:
         pos = int(np.argmax(arr < 0))
         raise ValueError(
