@@ -1048,6 +1048,18 @@ def test_unparseable_index_files_are_named(tmp_path, content, problem, index, ca
     assert f"{tmp_path / index}: {problem}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("out", [".", ".."])
+def test_the_current_directory_and_its_parents_are_never_replaced(tmp_path, monkeypatch, out):
+    (tmp_path / "a" / "here").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a" / "here")
+    with pytest.raises(gp.CorpusError, match="is the current directory or holds it"):
+        gp.write_corpus(out, [[1, 2, 3]])  # published, then deleted this process's cwd
+    assert os.getcwd() == str(tmp_path / "a" / "here") and os.path.isdir(".")
+    np.save(tmp_path / "a" / "x.npy", np.arange(1, 5))
+    assert cli_main(["build", str(tmp_path / "a" / "x.npy"), "-o", out, "--vocab-size", "9"]) == 1
+    assert os.path.isdir(".") and not (tmp_path / "a" / "here" / "manifest.json").exists()
+
+
 def test_writing_under_a_file_is_named(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(gp.CorpusError, match=f"{tmp_path / 'file'}.*a part of the path is a file"):

@@ -417,6 +417,7 @@ TEXT_ONLY = ("tiktoken_pattern", "lines", "eos", "workers", "ray", "ray_address"
 
 
 def _build(args: argparse.Namespace) -> None:
+    args.output = os.path.abspath(args.output)  # "." has no name to put files beside
     output = Path(args.output)
     if args.shuffle is not None:  # build into a staging directory, then copy shuffled
         from grainpack.corpus.transaction import check_target
