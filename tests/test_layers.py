@@ -44,6 +44,18 @@ def test_lower_layers_never_import_the_pipeline_jax_or_orbax(layer):
             assert not module.startswith(("grainpack.pipeline", "grainpack.jax", "grainpack.orbax"))
 
 
+# the README's layer table: the grainpack layers each lower layer may import
+BELOW = {"corpus": ("index",), "curriculum": ("index",), "reference": ("index", "corpus")}
+
+
+@pytest.mark.parametrize("layer", sorted(BELOW))
+def test_lower_layers_import_only_the_layers_the_readme_names(layer):
+    own = tuple(f"grainpack.{name}" for name in (layer, *BELOW[layer]))
+    for path in (PACKAGE / layer).glob("*.py"):
+        bad = [m for m in imports_of(path) if m.startswith("grainpack") and not m.startswith(own)]
+        assert bad == [], f"{path} imports {bad}"
+
+
 def test_the_pipeline_never_imports_the_jax_or_orbax_glue_above_it():
     for path in (PACKAGE / "pipeline").glob("*.py"):
         bad = [m for m in imports_of(path) if m.startswith(("grainpack.jax", "grainpack.orbax"))]

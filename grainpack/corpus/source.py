@@ -578,6 +578,16 @@ class TokenShardSource:
             if identity is not None:
                 identity.check(self._shards[k].tokens_path)
 
+    def cached_array(
+        self, name: str, shape: tuple[int, ...], compute: Callable[[], np.ndarray]
+    ) -> np.ndarray:
+        """An int64 array derived from this corpus (``name`` says how), computed once per
+        host: ``compute()``, kept in the cache folder under the corpus fingerprint (see
+        :mod:`grainpack.corpus.summary`), so other processes and workers read it."""
+        from grainpack.corpus.summary import cached_array  # summary reads sources
+
+        return cached_array(f"{self.fingerprint[:32]}-{len(self)}-{name}", shape, compute)
+
     def size_check(self, shard: int) -> Callable[[], None]:
         """A check to run before each read of a :meth:`shard_view` buffer of ``shard``: it
         raises :class:`CorpusError` if the mapped file is now shorter than its tokens

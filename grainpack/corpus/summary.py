@@ -134,9 +134,8 @@ def block_tokens(source: TokenShardSource, block_docs: int) -> np.ndarray:
     base = source.summary_block_docs
     if base and block_docs % base == 0:
         return _stored(source, base, block_docs)
-    name = f"{source.fingerprint[:32]}-{len(source)}-{block_docs}"
     expected = -(-len(source) // block_docs)
-    return cached_array(name, (expected,), lambda: _scan(source, block_docs))
+    return source.cached_array(str(block_docs), (expected,), lambda: _scan(source, block_docs))
 
 
 def cached_array(

@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.corpus.summary import cached_array
 from grainpack.curriculum.protocols import (
     HasLengths,
     RateSchedule,
@@ -415,13 +414,12 @@ class BlockLengthBuckets:
         if table is None:
             corpus, c, k = self._corpus(), self.block_docs, self.buckets.num_buckets
             shape = (2, -(-len(corpus) // c), k)
-            fingerprint = getattr(corpus, "fingerprint", None)
-            if fingerprint is None:
+            cache = getattr(corpus, "cached_array", None)  # a TokenShardSource's
+            if cache is None:
                 both = self._scan(shape)
             else:
                 edges = hashlib.sha256(repr(self.buckets.edges).encode()).hexdigest()[:16]
-                name = f"{fingerprint[:32]}-{len(corpus)}-{c}-buckets-{edges}"
-                both = cached_array(name, shape, lambda: self._scan(shape))
+                both = cache(f"{c}-buckets-{edges}", shape, lambda: self._scan(shape))
             table = both[0], both[1]
             object.__setattr__(self, "_cached_table", table)
         return table
