@@ -141,6 +141,10 @@ def test_show_step_errors_speak_in_flags(corpus, tmp_path, capsys):
     config.write_text(json.dumps({"sources": {"a": str(corpus)}, "blocks": 8}))
     assert main(["show-step", "0", "--config", str(config)]) == 1
     assert "unknown PipelineConfig fields ['blocks']" in capsys.readouterr().err
+    fields = {"sources": {"a": str(corpus)}, "block": 8, "global_batch_size": 2}
+    config.write_text(json.dumps({**fields, "provenance": False, "layout": "compact"}))
+    assert main(["show-step", "0", "--config", str(config)]) == 0  # a training config
+    assert "segments (doc@offset)" in capsys.readouterr().out  # shown with provenance
 
 
 def test_every_option_of_every_command_has_help():

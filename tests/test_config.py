@@ -116,6 +116,13 @@ def test_a_selector_whose_repr_holds_an_address_is_refused(selector):
     assert " at 0x" not in config.description()["sequence_selector"]
 
 
+def test_an_unknown_field_names_the_fields_and_the_likely_one():
+    with pytest.raises(TypeError, match=r"no field 'batch_size' \(did you mean 'global_batch_"):
+        gp.PipelineConfig(sources=PATHS, block=8, batch_size=4)
+    with pytest.raises(TypeError, match=r"'blok' \(did you mean 'block'\?\), 'zzz'; its fields"):
+        gp.PipelineConfig(sources=PATHS, blok=8, global_batch_size=4, zzz=1)
+
+
 def test_weights_accept_any_real_number_type(tmp_path):
     paths = {"en": str(tmp_path / "en"), "fr": str(tmp_path / "fr")}
     numpy = gp.PipelineConfig(

@@ -301,7 +301,7 @@ def _config(args: argparse.Namespace) -> Any:
             raise ValueError(f"{args.config}: JSON nested too deeply to be a config") from None
         except ValueError as err:
             raise ValueError(f"{args.config}: not a JSON config ({err})") from None
-        known = {f.name for f in dataclasses.fields(PipelineConfig)} - {"provenance"}
+        known = {f.name for f in dataclasses.fields(PipelineConfig)}
         if not isinstance(fields, dict):
             raise ValueError(
                 f"--config {args.config}: expected a JSON object of PipelineConfig fields "
@@ -343,7 +343,8 @@ def _config(args: argparse.Namespace) -> Any:
             f"show-step needs {', '.join(missing)} (or a --config FILE that sets them)"
         )
     fields.pop("layout", None)  # rows are shown from the full layout's arrays
-    return PipelineConfig(**fields, provenance=True)
+    fields["provenance"] = True  # a training config's own value does not change the tokens
+    return PipelineConfig(**fields)
 
 
 def _stage(text: str) -> tuple[int, dict[str, float], int]:

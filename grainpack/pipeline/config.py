@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import re
@@ -20,6 +21,25 @@ from grainpack.index.weights import content_probabilities
 
 Unit = Literal["documents", "windows"]
 Layout = Literal["full", "compact"]
+
+
+# names other loaders use for PipelineConfig's fields
+_ALIASES = {
+    "batch_size": "global_batch_size",
+    "seq_len": "block",
+    "seq_length": "block",
+    "sequence_length": "block",
+    "max_seq_len": "block",
+    "context_length": "block",
+    "probabilities": "weights",
+    "eos_id": "boundary_id",
+}
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    """``name`` (not a field) with the field it most likely meant."""
+    guess = _ALIASES.get(name) or next(iter(difflib.get_close_matches(name, known, 1)), None)
+    return repr(name) if guess is None else f"{name!r} (did you mean {guess!r}?)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +111,16 @@ class PipelineConfig:
     provenance: bool = False
     order: Literal["exact"] | BlockedOrder = "exact"
     layout: Layout = "full"
+
+    def __new__(cls, *args: Any, **fields: Any) -> PipelineConfig:
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(fields) - set(known))  # __init__'s own error names no field
+        if unknown:
+            raise TypeError(
+                f"PipelineConfig has no field {', '.join(_suggest(n, known) for n in unknown)}; "
+                f"its fields are {', '.join(known)}"
+            )
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         if not isinstance(self.sources, Mapping):
