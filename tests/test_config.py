@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -121,6 +123,20 @@ def test_an_unknown_field_names_the_fields_and_the_likely_one():
         gp.PipelineConfig(sources=PATHS, block=8, batch_size=4)
     with pytest.raises(TypeError, match=r"'blok' \(did you mean 'block'\?\), 'zzz'; its fields"):
         gp.PipelineConfig(sources=PATHS, blok=8, global_batch_size=4, zzz=1)
+
+
+def test_a_config_is_read_only_and_hashable_after_validation():
+    weights = [(0, {"en": 0.5, "fr": 0.5}), (10, {"en": 0.2, "fr": 0.8}, 5)]
+    config = gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, weights=weights)
+    for mapping in (config.sources, config.weights[1].weights):
+        with pytest.raises(TypeError, match="mappings are read-only; build another config"):
+            mapping["en"] = 0.9  # was accepted: 3 sources mixed with 2 weights, or a sum of 1.4
+        with pytest.raises(TypeError, match="read-only"):
+            mapping.update(fr="x")
+    assert config.sources == PATHS and json.dumps(config.sources)
+    copy = pickle.loads(pickle.dumps(config))
+    assert copy == config and hash(copy) == hash(config)
+    assert {config: 1}[dataclasses.replace(config)] == 1
 
 
 def test_weights_accept_any_real_number_type(tmp_path):
