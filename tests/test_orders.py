@@ -52,6 +52,12 @@ def test_splitmix64_reduces_modulo_2_64(x, same_as):
     assert splitmix64(x) == splitmix64(same_as)
 
 
+@pytest.mark.parametrize("x", [1.5, 1.9999, "1"])
+def test_splitmix64_refuses_what_is_not_an_int_as_the_seed_does(x):
+    with pytest.raises(TypeError):  # int(x) made 1.5 and 1.9999 the hash of 1
+        splitmix64(x)
+
+
 def test_splitmix64_array_matches_scalar_on_edges():
     xs = [0, 1, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1, GOLDEN_GAMMA]
     out = splitmix64_array(np.array(xs, dtype=np.uint64))

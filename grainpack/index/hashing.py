@@ -5,6 +5,7 @@ Pure: numpy and the standard library only.
 
 from __future__ import annotations
 
+import operator
 from typing import overload
 
 import numpy as np
@@ -41,7 +42,7 @@ def splitmix64(x: int | np.ndarray) -> int | np.ndarray:
     """
     if isinstance(x, np.ndarray):
         return splitmix64_array(x)
-    x = (int(x) + _GOLDEN) & MASK64
+    x = (operator.index(x) + _GOLDEN) & MASK64  # a float is a TypeError, as in the seed
     z = x
     z = ((z ^ (z >> 30)) * _MUL1) & MASK64
     z = ((z ^ (z >> 27)) * _MUL2) & MASK64
