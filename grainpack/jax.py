@@ -32,8 +32,9 @@ def make_global_batch(
 
     Args:
       batch: this process's batch (for example from :func:`grainpack.make_dataset`).
-      sharding: a ``jax.sharding.Sharding`` for the arrays, or a ``Mesh`` whose axes all
-        shard the batch dimension.
+      sharding: a ``jax.sharding.Sharding`` for the arrays (a ``NamedSharding`` whose spec
+        names more axes than an array has is cut to that array's axes), or a ``Mesh``
+        whose axes all shard the batch dimension.
 
     Returns:
       The same keys as ``jax.Array``s of shape ``(global_batch_size, ...)``.
@@ -57,7 +58,19 @@ def make_global_batch(
             f"sharding must be a jax.sharding.Sharding or Mesh; got {type(sharding).__name__}: "
             "build one with jax.sharding.Mesh(np.array(jax.devices()), ('data',))"
         )
-    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
+    return {
+        k: jax.make_array_from_process_local_data(_cut(sharding, np.ndim(v)), v)
+        for k, v in batch.items()
+    }
+
+
+def _cut(sharding: Sharding, ndim: int) -> Sharding:
+    """``sharding`` for an array of ``ndim`` axes: a named spec over more axes (rows of
+    ``(batch, block)`` arrays) is cut to them, for the per-row ``filled``, ``source`` and
+    ``epoch`` arrays of the same batch."""
+    if isinstance(sharding, NamedSharding) and len(sharding.spec) > ndim:
+        return NamedSharding(sharding.mesh, PartitionSpec(*sharding.spec[:ndim]))
+    return sharding
 
 
 @functools.partial(jax.jit, static_argnames="maxtext_keys")

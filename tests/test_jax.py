@@ -49,6 +49,17 @@ def test_make_global_batch_accepts_a_sharding():
     assert int(out["targets"].sum()) == 10
 
 
+def test_make_global_batch_cuts_a_two_axis_spec_for_per_row_arrays(tmp_path):
+    compact, _ = compact_and_full(tmp_path, provenance=True)
+    batch = next(iter(gp.make_dataset(compact, process_index=0, process_count=1)))
+    sharding = NamedSharding(single_device_mesh(), PartitionSpec("data", None))
+    out = gp.make_global_batch(batch, sharding)  # 1-D filled, source, epoch: a JAX error
+    assert out["filled"].sharding.spec == PartitionSpec("data")
+    assert out["tokens"].sharding.spec == PartitionSpec("data", None)
+    for key, value in batch.items():
+        np.testing.assert_array_equal(np.asarray(out[key]), value)
+
+
 def test_make_global_batch_of_a_pipeline_batch(tmp_path):
     gp.write_corpus(tmp_path / "c", [np.arange(1, 30)] * 3)
     cfg = gp.PipelineConfig(sources={"c": str(tmp_path / "c")}, block=4, global_batch_size=2)
