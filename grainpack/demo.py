@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.summary import cache_root
 from grainpack.corpus.writer import CorpusWriter
 from grainpack.index.checks import check_int
 from grainpack.pipeline.accounting import mixture_accounting
@@ -80,15 +81,9 @@ def decode(tokens: np.ndarray) -> str:
     return out.decode("utf-8", errors="ignore")  # a cut multi-byte character is dropped
 
 
-def default_cache_dir() -> Path:
-    """``$GRAINPACK_CACHE`` or ``~/.cache/grainpack``."""
-    root = os.environ.get("GRAINPACK_CACHE") or Path.home() / ".cache" / "grainpack"
-    return Path(root)
-
-
 def write_demo_corpus(directory: str | os.PathLike[str] | None = None) -> dict[str, str]:
     """Writes (once) the two demo corpora and returns ``{"en": path, "el": path}``."""
-    root = Path(directory) if directory is not None else default_cache_dir() / "demo"
+    root = Path(directory) if directory is not None else cache_root() / "demo"
     paths = {}
     for script in ("en", "el"):
         path = root / script

@@ -47,6 +47,7 @@ import numpy as np
 import tqdm
 
 from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.summary import cache_root
 from grainpack.corpus.writer import CorpusWriter
 from grainpack.index.stream import SourceRows
 from grainpack.pipeline.batches import PipelineBatches
@@ -417,8 +418,7 @@ def run_benchmarks(
         latency_batches = min(latency_batches, 300)
     seconds, plan_documents, slot = (0.05, 10**5, 10**6) if quick else (1.0, 10**7, 10**8)
     if directory is None:
-        cache = os.environ.get("GRAINPACK_CACHE") or Path.home() / ".cache" / "grainpack"
-        directory = Path(cache) / f"bench-{tokens}"
+        directory = cache_root() / f"bench-{tokens}"
     from absl import flags
 
     if not flags.FLAGS.is_parsed():

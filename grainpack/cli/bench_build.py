@@ -35,7 +35,8 @@ import numpy as np
 
 from grainpack.corpus.build import build_corpus
 from grainpack.corpus.formats import open_corpus
-from grainpack.demo import default_cache_dir, documents
+from grainpack.corpus.summary import cache_root
+from grainpack.demo import documents
 
 VOCAB = 32_000
 EOS = "<|endoftext|>"
@@ -276,7 +277,7 @@ def run_build_benchmark(
     With ``passes > 1`` the three run in turn that many times and each one's fastest pass
     counts (the machine may be shared: the fastest pass is the least disturbed).
     """
-    root = Path(directory) if directory is not None else default_cache_dir() / "bench-build"
+    root = Path(directory) if directory is not None else cache_root() / "bench-build"
     workers = workers or os.cpu_count() or 1
     text, vocab = bench_text(root / f"text-{megabytes}mb-{vocab_size}", megabytes, vocab_size)
     with open(text, "rb") as f:  # warm the page cache for every contender

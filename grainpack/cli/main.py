@@ -200,7 +200,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=_non_negative, help="the pipeline seed (default 0)")
     p.add_argument("--unit", choices=["documents", "windows"], help="row unit (default documents)")
-    p.add_argument("--boundary-id", type=_non_negative, help="token between documents")
+    p.add_argument(
+        "--boundary-id",
+        type=_non_negative,
+        help="token between documents (default: none, documents follow each other directly)",
+    )
     p.add_argument("--pad-id", type=_non_negative, help="padding token (default 0)")
     p.add_argument(
         "--processes", type=_positive, default=1, help="show which process holds each row"
@@ -212,7 +216,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--directory",
         help="where to write the benchmark corpus, kept for the next run "
-        "(default: $GRAINPACK_CACHE or ~/.cache/grainpack/bench; 2 bytes a token)",
+        "(default: bench-TOKENS in $GRAINPACK_CACHE, or in ~/.cache/grainpack; 2 bytes a "
+        "token)",
     )
     p.add_argument(
         "--passes", type=_positive, help="timed passes per figure (default 5; --build: 1)"

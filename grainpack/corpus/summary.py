@@ -38,6 +38,7 @@ __all__ = [
     "SUMMARY_BLOCK_DOCS",
     "ShardSummary",
     "block_tokens",
+    "cache_root",
     "cached_array",
     "shard_totals",
     "summary_pieces",
@@ -113,9 +114,10 @@ class ShardSummary:
         return np.array(self.totals(), dtype="<i8").tobytes()
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("GRAINPACK_CACHE") or Path.home() / ".cache" / "grainpack"
-    return Path(root) / "summaries"
+def cache_root() -> Path:
+    """Where grainpack keeps what it derives (summaries, the demo and benchmark corpora):
+    ``$GRAINPACK_CACHE``, or ``~/.cache/grainpack``."""
+    return Path(os.environ.get("GRAINPACK_CACHE") or Path.home() / ".cache" / "grainpack")
 
 
 def block_tokens(source: TokenShardSource, block_docs: int) -> np.ndarray:
@@ -144,7 +146,7 @@ def cached_array(
     """The int64 array of ``shape`` cached as ``name`` in the cache folder (see the module
     docstring), or ``compute()`` stored there: a key names everything the array depends on
     (a corpus fingerprint first), so every process and worker of a host computes it once."""
-    path = _cache_dir() / f"{name}.npy"
+    path = cache_root() / "summaries" / f"{name}.npy"
     try:
         cached = np.load(path)
         if cached.dtype == np.int64 and cached.shape == shape:
