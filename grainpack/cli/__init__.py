@@ -1,4 +1,4 @@
-"""The ``grainpack`` command: build, inspect, verify, show-step, bench, demo."""
+"""The ``grainpack`` command: build, merge, inspect, verify, show-step, bench, demo."""
 
 from grainpack.cli.main import main
 
