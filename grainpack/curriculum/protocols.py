@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from grainpack.index.blocked import BlockSelector
 from grainpack.index.orders import SequenceSelector
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "RateSchedule",
     "Reports",
     "Selector",
+    "SelectsBlocks",
     "adapts_online",
     "bind_selector",
     "describe_selector",
@@ -80,6 +82,14 @@ class Reports(Protocol):
     """``report(order, seed, epoch)``: what a selector kept, for logging."""
 
     def report(self, order: np.ndarray, seed: int, epoch: int) -> Any: ...
+
+
+@runtime_checkable
+class SelectsBlocks(Protocol):
+    """``for_blocks(block_docs)``: the selector as ``order=BlockedOrder(...)`` applies it,
+    decisions per block, so kept tokens per block are known without reading documents."""
+
+    def for_blocks(self, block_docs: int) -> BlockSelector: ...
 
 
 @runtime_checkable

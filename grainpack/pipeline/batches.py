@@ -27,7 +27,12 @@ from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import block_tokens
-from grainpack.curriculum.protocols import adapts_online, bind_selector, online_revision
+from grainpack.curriculum.protocols import (
+    SelectsBlocks,
+    adapts_online,
+    bind_selector,
+    online_revision,
+)
 from grainpack.index.blocked import BlockedRows, BlockSelector
 from grainpack.index.layout import PackedRows, Part, pack_rows
 from grainpack.index.mixing import SlotMixer
@@ -571,7 +576,7 @@ class CheckedReader:
 
 def _block_selector(selector: object, name: str, block_docs: int) -> BlockSelector:
     """The selector of source ``name`` as the blocked order needs it (decisions per block)."""
-    if not hasattr(selector, "for_blocks"):
+    if not isinstance(selector, SelectsBlocks):
         raise TypeError(
             f"order=BlockedOrder needs a selector whose kept tokens per block are known without "
             f"reading documents (a gp.LengthBuckets, or gp.PerSource of them); source {name!r} "
