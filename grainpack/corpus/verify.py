@@ -42,6 +42,14 @@ class VerifyReport:
         max_token_id: Largest token id (``None`` for an empty corpus).
         fingerprint: The source's fingerprint.
         checks: Human-readable names of the checks that passed.
+
+    Example:
+        >>> import tempfile, grainpack as gp
+        >>> path = tempfile.mkdtemp()
+        >>> _ = gp.write_corpus(path, [[1, 2, 3], [4, 5]], vocab_size=10)
+        >>> report = gp.verify_corpus(path)
+        >>> report.kind, report.num_documents, report.max_token_id
+        ('grainpack', 2, 5)
     """
 
     path: str

@@ -72,6 +72,13 @@ class BucketReport:
       kept_documents: documents kept per bucket.
       tokens: tokens offered per bucket.
       kept_tokens: tokens kept per bucket.
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> src = gp.write_corpus(tempfile.mkdtemp(), [np.ones(n, int) for n in (3, 5, 50)])
+      >>> report = gp.LengthBuckets(edges=(10,), rates=(1.0, 0.0), corpus=src).report(None, 0, 0)
+      >>> report.documents, report.kept_tokens, report.as_dict()["rates"]
+      ((2, 1), (8, 0), (1.0, 0.0))
     """
 
     epoch: int

@@ -47,6 +47,15 @@ class SourceAccount:
       epoch: the epoch its next row comes from (0-based).
       epoch_fraction: fraction of that epoch already consumed.
       repeats: completed passes over the source (each pass after the first repeats data).
+
+    Example:
+      >>> import tempfile, numpy as np, grainpack as gp
+      >>> path = tempfile.mkdtemp()
+      >>> _ = gp.write_corpus(path, [np.arange(1, 40)] * 4)
+      >>> cfg = gp.PipelineConfig(sources={"en": path}, block=8, global_batch_size=4)
+      >>> account = gp.mixture_accounting(cfg, 10)["en"]
+      >>> account.rows, account.tokens, account.epoch, account.repeats
+      (40, 360, 2, 2)
     """
 
     name: str

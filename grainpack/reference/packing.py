@@ -28,6 +28,12 @@ class PackedCorpus:
         rows: int64 ``(num_rows, block + 1)``; ``row[:-1]`` is the input, ``row[1:]`` the target.
         real_tokens: document tokens plus boundary tokens (everything but padding).
         total_tokens: ``num_rows * (block + 1)``.
+
+    Example:
+        >>> docs = [np.array([1, 2, 3]), np.array([4, 5])]
+        >>> packed = pack_documents(docs, [0, 1], 3, pad_id=9, boundary_id=0)
+        >>> packed.rows.tolist(), packed.real_tokens, packed.packing_efficiency
+        ([[1, 2, 3, 0], [4, 5, 9, 9]], 6, 0.75)
     """
 
     rows: np.ndarray
