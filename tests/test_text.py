@@ -171,9 +171,14 @@ def test_links_loops_repeats_and_unlistable_directories_are_never_skipped(tmp_pa
     with pytest.raises(ValueError, match=r"d/a.jsonl: the same file as .*d/a.jsonl \(named twice"):
         find_inputs([tmp_path / "d", tmp_path / "d" / "a.jsonl"])
     (tmp_path / "d" / "loop").symlink_to(tmp_path / "d")  # each file was read ~40 times
-    for spec in (tmp_path / "d", f"{tmp_path}/d/**/*.jsonl"):
-        with pytest.raises(ValueError, match=r"d/loop: the directory .*d again \(a symbolic link"):
-            find_inputs(spec)
+    with pytest.raises(ValueError, match=r"d/loop: the directory .*d again \(a symbolic link"):
+        find_inputs(tmp_path / "d")
+    with pytest.raises(ValueError, match=r"d/loop/a.jsonl: the same file as .*d/a.jsonl"):
+        find_inputs(f"{tmp_path}/d/**/*.jsonl")  # glob follows the loop
+    (tmp_path / "g" / ".venv").mkdir(parents=True)  # what a ** glob does not enter: unread
+    (tmp_path / "g" / ".venv" / "lib64").symlink_to(tmp_path / "g" / ".venv")
+    write_jsonl(tmp_path / "g" / "a.jsonl", ["z"])
+    assert len(find_inputs(f"{tmp_path}/g/**/*.jsonl")) == 1
     (tmp_path / "d" / "loop").unlink()
     (tmp_path / "d" / "c.jsonl").symlink_to(tmp_path / "missing.jsonl")  # a dangling link
     for spec in (tmp_path / "d", f"{tmp_path}/d/*.jsonl"):
@@ -182,14 +187,16 @@ def test_links_loops_repeats_and_unlistable_directories_are_never_skipped(tmp_pa
     (tmp_path / "d" / "c.jsonl").unlink()
     scandir = os.scandir
 
+    (tmp_path / "d" / "sub").mkdir()
+
     def locked(path="."):  # as an unreadable folder lists for a user who is not root
-        if os.fspath(path).endswith("linked"):
+        if os.fspath(path).endswith("sub"):
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return scandir(path)
 
     monkeypatch.setattr(os, "scandir", locked)
     for spec in (tmp_path / "d", f"{tmp_path}/d/**/*.jsonl"):
-        with pytest.raises(ValueError, match=r"linked: cannot list the directory \(Permission"):
+        with pytest.raises(ValueError, match=r"d/sub: cannot list the directory \(Permission"):
             find_inputs(spec)
 
 

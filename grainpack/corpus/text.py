@@ -91,11 +91,11 @@ def _format_of(path: Path) -> tuple[str, str | None] | None:
 
 def _expand(item: str) -> list[Path]:
     if glob.has_magic(item):
-        if "**" in item:  # glob skips unreadable directories and loops without a word
+        if "**" in item:  # glob skips the folders it cannot list without a word
             parts = Path(item).parts
             prefix = Path(*parts[: next(i for i, p in enumerate(parts) if glob.has_magic(p))])
             if prefix.is_dir():
-                _walk(prefix)
+                _check_listable(prefix)
         found = sorted(Path(p) for p in glob.glob(item, recursive=True))
         if not found:
             raise FileNotFoundError(f"{item}: the pattern matches no file")
@@ -119,15 +119,22 @@ def _expand(item: str) -> list[Path]:
     return [path]
 
 
+def _unlistable(err: OSError) -> None:
+    raise ValueError(f"{err.filename}: cannot list the directory ({err.strerror})") from err
+
+
+def _check_listable(top: Path) -> None:
+    """Raises if a folder a ``**`` glob from ``top`` would enter cannot be listed (visible
+    folders, links not followed: a link loop shows as a file named twice instead)."""
+    for _, dirs, _ in os.walk(top, onerror=_unlistable):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]  # as glob's **
+
+
 def _walk(top: Path) -> list[Path]:
     """Every non-directory entry under ``top``, sorted, following links to directories; an
     unreadable directory or one reached twice (a link loop) raises instead of being skipped."""
-
-    def refuse(err: OSError) -> None:
-        raise ValueError(f"{err.filename}: cannot list the directory ({err.strerror})") from err
-
     files, seen = [], {}
-    for here, _, names in os.walk(top, onerror=refuse, followlinks=True):
+    for here, _, names in os.walk(top, onerror=_unlistable, followlinks=True):
         first = seen.setdefault(os.path.realpath(here), here)
         if first != here:
             raise ValueError(
