@@ -53,8 +53,12 @@ def test_a_tokenizer_json_padding_and_truncation_are_turned_off(tokenizer_files,
     model.enable_truncation(max_length=8)
     model.save(str(tmp_path / "tokenizer.json"))
     assert [len(e.ids) for e in model.encode_batch(TEXTS[:2])] == [8, 8]  # the file's settings
-    got = load_tokenizer(tmp_path / "tokenizer.json").encode_batch(TEXTS)
+    tokenizer = load_tokenizer(tmp_path / "tokenizer.json")
+    got = tokenizer.encode_batch(TEXTS)
     assert [list(ids) for ids in got] == plain and max(map(len, plain)) > 8
+    # recorded: a build or merge never mixes these ids with ones that honoured the file
+    assert tokenizer.identity()["turned_off"] == ["padding", "truncation"]
+    assert "turned_off" not in load_tokenizer(tokenizer_files["huggingface"]).identity()
 
 
 def test_tiktoken_encoding_is_the_plain_text_encoding(tokenizer_files):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import json
 import os
 import re
 import warnings
@@ -212,6 +213,23 @@ class HuggingFaceTokenizer(Tokenizer):
     would change a corpus's documents)."""
 
     kind = "huggingface"
+
+    def __init__(self, path: PathLike, *, threads: int | None = None) -> None:
+        super().__init__(path, threads=threads)
+        try:
+            settings = json.loads(Path(path).read_bytes())
+        except ValueError:  # not JSON: loading the model names the bad file
+            settings = {}
+        # recorded in the identity: a file whose padding or truncation is on encodes
+        # otherwise with the library's own settings
+        self.turned_off = [
+            key
+            for key in ("padding", "truncation")
+            if isinstance(settings, dict) and settings.get(key)
+        ]
+
+    def _options(self) -> dict[str, Any]:
+        return {"turned_off": self.turned_off} if self.turned_off else {}
 
     def _load(self) -> Any:
         tokenizers = _need("tokenizers", "a tokenizer.json")
