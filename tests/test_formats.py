@@ -129,6 +129,13 @@ def test_negative_ids_of_a_signed_megatron_file_never_reach_documents_or_batches
     assert src[0].tolist() == [5, 6, 7]
     with pytest.raises(gp.CorpusError, match=r"data.bin: token id -1 at token 4 \(stream posi"):
         src[1]
+    for read in (  # the specification's APIs read through read_into
+        lambda: src.read_into(np.zeros(10, np.uint32), 0),  # was cast to 4294967295
+        lambda: gp.pack_documents(src, [1, 0], 4, pad_id=0, boundary_id=10),
+        lambda: [gp.PackedStream(str(tmp_path / "data"), 4, 0).get(w) for w in range(2)],
+    ):
+        with pytest.raises(gp.CorpusError, match="token id -1 at token 4"):
+            read()
     with pytest.raises(gp.CorpusError, match="at token 4 of shard 0 of source 0 is negative"):
         config = gp.PipelineConfig(
             sources={"m": str(tmp_path / "data")}, block=4, global_batch_size=3, boundary_id=10

@@ -103,7 +103,9 @@ def test_verify_corpus_flat_layout_and_megatron(tmp_path):
     idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4, 1, 2)
     idx += struct.pack("<i", 2) + struct.pack("<q", 0) + struct.pack("<2q", 0, 1)
     (tmp_path / "m.idx").write_bytes(idx)
-    with pytest.raises(CorpusError, match="token id -1 at stream position 1 is negative"):
+    with pytest.raises(
+        CorpusError, match=r"m.bin: token id -1 at token 1 \(stream position 1\) is neg"
+    ):
         verify_corpus(tmp_path / "m")
 
 

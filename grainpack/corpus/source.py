@@ -563,7 +563,7 @@ class TokenShardSource:
             take = min(starts[k + 1] - pos, n - filled)
             if take > 0:
                 local = pos - starts[k]
-                out[filled : filled + take] = self._shard(k)[local : local + take]
+                out[filled : filled + take] = self._ids(k, local, local + take)
                 filled += take
                 pos += take
             k += 1
@@ -654,20 +654,24 @@ class TokenShardSource:
         k = bisect.bisect_right(self._starts_list, start) - 1
         if k < len(self._shards) and stop <= self._starts_list[k + 1]:  # one shard: one copy
             local = start - self._starts_list[k]
-            out = np.array(self._shard(k)[local : local + stop - start], dtype=self._dtype)
-        else:
-            out = np.empty(stop - start, dtype=self._dtype)
-            self.read_into(out, start)
-        if self._dtype.kind == "i" and len(out) and out.min() < 0:
-            position = start + int(np.argmax(out < 0))
-            k = bisect.bisect_right(self._starts_list, position) - 1
-            raise CorpusError(
-                f"{self._shards[k].tokens_path}: token id {out[position - start]} at token "
-                f"{position - self._starts_list[k]} (stream position {position}) is negative (a "
-                "signed token file); token ids are non-negative, so the file is corrupt or not a "
-                "token file: check it with `grainpack verify`"
-            )
+            return np.array(self._ids(k, local, local + stop - start), dtype=self._dtype)
+        out = np.empty(stop - start, dtype=self._dtype)
+        self.read_into(out, start)
         return out
+
+    def _ids(self, k: int, first: int, stop: int) -> np.ndarray:
+        """Tokens ``[first, stop)`` of shard ``k`` (a view of its map), refused if a signed
+        token file (Megatron's int dtypes) holds a negative id there."""
+        ids = self._shard(k)[first:stop]
+        if self._dtype.kind == "i" and len(ids) and ids.min() < 0:
+            at = first + int(np.argmax(ids < 0))
+            raise CorpusError(
+                f"{self._shards[k].tokens_path}: token id {ids[at - first]} at token {at} "
+                f"(stream position {self._starts_list[k] + at}) is negative (a signed token "
+                "file); token ids are non-negative, so the file is corrupt or not a token "
+                "file (`grainpack verify` checks every id)"
+            )
+        return ids
 
     def _check_document(self, index: Any) -> int:
         if isinstance(index, bool | np.bool_) or not isinstance(index, int | np.integer):

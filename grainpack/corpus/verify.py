@@ -84,22 +84,17 @@ def _kind(path: Path) -> str:
     return "megatron"
 
 
-def _scan_ids(
-    tokens: np.ndarray, position: int, vocab_size: int | None, where: str
-) -> tuple[int, int]:
-    """(min, max) of a non-empty chunk; raises if an id is negative or >= vocab_size."""
-    low, high = int(tokens.min()), int(tokens.max())
-    bad = tokens < 0 if low < 0 else None
-    if bad is None and vocab_size is not None and high >= vocab_size:
-        bad = tokens >= vocab_size
-    if bad is not None:
-        i = int(np.argmax(bad))
-        limit = "negative" if tokens[i] < 0 else f">= vocab_size={vocab_size}"
+def _scan_ids(tokens: np.ndarray, position: int, vocab_size: int | None, where: str) -> int:
+    """The max of a non-empty chunk; raises if an id is >= vocab_size (reads refuse the
+    negative ids of a signed file themselves)."""
+    high = int(tokens.max())
+    if vocab_size is not None and high >= vocab_size:
+        i = int(np.argmax(tokens >= vocab_size))
         raise CorpusError(
             f"{where}: token id {tokens[i]} at stream position {position + i} is "
-            f"{limit}; rebuild the corpus with correct ids"
+            f">= vocab_size={vocab_size}; rebuild the corpus with correct ids"
         )
-    return low, high
+    return high
 
 
 def _mismatch(file: Path, what: str) -> CorpusError:
@@ -153,7 +148,7 @@ def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> tuple
                     stream.update(chunk)
                     tokens = np.frombuffer(chunk, dtype)
                     try:
-                        _, h = _scan_ids(tokens, position, m["vocab_size"], str(tokens_file))
+                        h = _scan_ids(tokens, position, m["vocab_size"], str(tokens_file))
                     except CorpusError as err:  # reported after the checksum: which is it?
                         bad_id = bad_id or err
                         h = int(tokens.max())
@@ -194,10 +189,8 @@ def _scan_source(
     for start in range(0, source.num_tokens, chunk_tokens):
         chunk = buffer[: min(chunk_tokens, source.num_tokens - start)]
         source.read_into(chunk, start)
-        if where is None:
-            h = int(chunk.max())
-        else:
-            _, h = _scan_ids(chunk, start, source.vocab_size, where)
+        vocab = None if where is None else source.vocab_size
+        h = _scan_ids(chunk, start, vocab, where or "")
         high = h if high is None else max(high, h)
         bar.update(chunk.size)
     return high

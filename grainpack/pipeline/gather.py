@@ -174,7 +174,7 @@ class RowReader:
         raise CorpusError(
             f"token id {tokens[position]} at token {local} of shard {g - int(self.base[source])} "
             f"of source {source} is negative (a signed token file); token ids are non-negative, "
-            "so the file is corrupt or not a token file: check it with `grainpack verify`"
+            "so the file is corrupt or not a token file (`grainpack verify` checks every id)"
         )
 
 
