@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import pickle
 
 import numpy as np
 import pytest
@@ -125,18 +124,20 @@ def test_an_unknown_field_names_the_fields_and_the_likely_one():
         gp.PipelineConfig(sources=PATHS, blok=8, global_batch_size=4, zzz=1)
 
 
-def test_a_config_is_read_only_and_hashable_after_validation():
-    weights = [(0, {"en": 0.5, "fr": 0.5}), (10, {"en": 0.2, "fr": 0.8}, 5)]
-    config = gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, weights=weights)
-    for mapping in (config.sources, config.weights[1].weights):
-        with pytest.raises(TypeError, match="mappings are read-only; build another config"):
-            mapping["en"] = 0.9  # was accepted: 3 sources mixed with 2 weights, or a sum of 1.4
-        with pytest.raises(TypeError, match="read-only"):
-            mapping.update(fr="x")
-    assert config.sources == PATHS and json.dumps(config.sources)
-    copy = pickle.loads(pickle.dumps(config))
-    assert copy == config and hash(copy) == hash(config)
-    assert {config: 1}[dataclasses.replace(config)] == 1
+def test_mappings_changed_in_place_after_validation_are_refused_by_every_pipeline(tmp_path):
+    gp.write_corpus(tmp_path / "en", [list(range(1, 40))] * 4)
+    paths = {"en": str(tmp_path / "en"), "fr": str(tmp_path / "en")}
+    weights = {"en": 0.5, "fr": 0.5}
+    config = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, weights=weights)
+    assert gp.mixture_accounting(config, 3)["en"].rows > 0  # as built: fine
+    assert json.dumps(dataclasses.asdict(config)["weights"])  # plain dicts, for loggers
+    config.weights["en"] = 0.9  # sums to 1.4: was mixed with the weights validated before
+    for use in (
+        lambda: gp.make_dataset(config, process_index=0, process_count=1),
+        lambda: gp.mixture_accounting(config, 3),
+    ):
+        with pytest.raises(ValueError, match="changed in place after it was built"):
+            use()
 
 
 def test_weights_accept_any_real_number_type(tmp_path):

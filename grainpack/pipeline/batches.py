@@ -113,6 +113,7 @@ class PipelineBatches:
                 "build one: gp.PipelineConfig(sources={name: path}, block=..., "
                 "global_batch_size=...)"
             )
+        config.check_unchanged()
         if not isinstance(process_count, int) or process_count < 1:
             raise ValueError(f"process_count must be a positive int; got {process_count=}")
         if config.global_batch_size % process_count:

@@ -23,33 +23,6 @@ Unit = Literal["documents", "windows"]
 Layout = Literal["full", "compact"]
 
 
-class ReadOnlyDict(dict):
-    """A dict that refuses changes, and hashes: a config's mappings, validated once (build
-    another config with ``dataclasses.replace`` to change one).
-
-    Example:
-      >>> ReadOnlyDict(a=1)["a"] = 2
-      Traceback (most recent call last):
-      ...
-      TypeError: a PipelineConfig's mappings are read-only; build another config with dataclasses.replace(config, ...)
-    """  # noqa: E501
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError(
-            "a PipelineConfig's mappings are read-only; build another config with "
-            "dataclasses.replace(config, ...)"
-        )
-
-    __setitem__ = __delitem__ = __ior__ = _refuse  # type: ignore[assignment]
-    clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(tuple(self.items()))
-
-    def __reduce__(self) -> tuple[type, tuple[dict]]:
-        return type(self), (dict(self),)
-
-
 # names other loaders use for PipelineConfig's fields
 _ALIASES = {
     "batch_size": "global_batch_size",
@@ -159,8 +132,7 @@ class PipelineConfig:
         for name, path in self.sources.items():
             if not isinstance(name, str) or not isinstance(path, str | os.PathLike):
                 raise TypeError(f"sources must map str -> path; got {name!r}: {path!r}")
-        sources = ReadOnlyDict({k: os.fspath(v) for k, v in self.sources.items()})
-        object.__setattr__(self, "sources", sources)
+        object.__setattr__(self, "sources", {k: os.fspath(v) for k, v in self.sources.items()})
         # numpy integers are accepted and stored as ints (the fingerprint is JSON of them)
         for name, minimum in (("block", 1), ("global_batch_size", 1), ("seed", 0)):
             object.__setattr__(self, name, check_int(name, getattr(self, name), minimum))
@@ -219,27 +191,41 @@ class PipelineConfig:
             elif value is not None:
                 object.__setattr__(self, field, self._stages(field, value))
         object.__setattr__(self, "_schedule", self._compute_schedule())
+        object.__setattr__(self, "_validated", self._mappings())
 
-    def _per_source(self, field: str, value: Any, *, zero: bool = False) -> ReadOnlyDict:
+    def _mappings(self) -> str:
+        """The mappings as validated (a schedule object is checked, not its state)."""
+        weights = None if isinstance(self.weights, WeightSchedule) else self.weights
+        return repr((self.sources, weights, self.premiums))
+
+    def check_unchanged(self) -> None:
+        """Raises ``ValueError`` if ``sources``, ``weights`` or ``premiums`` were changed in
+        place since the config was built (and validated); every pipeline checks it."""
+        if self._mappings() != self._validated:
+            raise ValueError(
+                "this PipelineConfig's sources, weights or premiums were changed in place after "
+                "it was built, so they were never checked; build a new config instead, e.g. "
+                "dataclasses.replace(config, weights={...})"
+            )
+
+    def _per_source(self, field: str, value: Any, *, zero: bool = False) -> dict[str, float]:
         if not isinstance(value, Mapping):
             raise TypeError(f"{field} must be a mapping name -> number; got {value!r}")
         if set(value) != set(self.sources):
             raise ValueError(
                 f"{field} must name exactly the sources {list(self.sources)}; got {list(value)}"
             )
-        return ReadOnlyDict(
-            {
-                name: check_float(
-                    f"{field}[{name!r}]",
-                    value[name],
-                    0.0,
-                    math.inf,
-                    closed_low=zero,
-                    fix="a weight may be 0 in some stages" if zero else "drop a source instead",
-                )
-                for name in self.sources
-            }
-        )
+        return {
+            name: check_float(
+                f"{field}[{name!r}]",
+                value[name],
+                0.0,
+                math.inf,
+                closed_low=zero,
+                fix="a weight may be 0 in some stages" if zero else "drop a source instead",
+            )
+            for name in self.sources
+        }
 
     def _stages(self, field: str, value: Any) -> tuple[Stage, ...]:
         """A schedule of stages, validated: each stage's mapping names exactly the sources."""
