@@ -177,7 +177,7 @@ def build_part(
                 for ids in plan.tokenizer.encode_batch(batch):
                     if eos is not None:
                         ids = _append(ids, eos)
-                    writer.add(ids)
+                    writer.add(np.asarray(ids))  # a tokenizer's ints: no per-id type check
                     tokens += len(ids)
                 if report is not None:
                     report(len(batch), tokens)

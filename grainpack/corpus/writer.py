@@ -124,7 +124,7 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
             f"document {index}: expected integer token ids, found dtype "
             f"{arr.dtype}; convert the ids to integers first"
         )
-    if isinstance(tokens, list | tuple) and {bool, np.bool_} & set(map(type, tokens)):
+    if not isinstance(tokens, np.ndarray) and {bool, np.bool_} & set(map(type, tokens)):
         pos = next(i for i, t in enumerate(tokens) if isinstance(t, bool | np.bool_))
         raise TypeError(  # numpy made it 0 or 1
             f"document {index}: expected integer token ids, found {tokens[pos]!r} at position "
