@@ -172,8 +172,11 @@ def _replaceable(target: Path, overwrite: bool) -> bool:
         raise os_error(err, "cannot write a corpus at") from err
     if not os.path.isdir(target):
         raise CorpusExistsError(f"{target} exists and is not a directory; choose another path")
-    here = Path(os.path.realpath("."))
-    if target == here or target in here.parents:
+    try:
+        here = Path(os.path.realpath("."))
+    except FileNotFoundError:  # the working directory is gone: nothing to protect
+        here = None
+    if here is not None and (target == here or target in here.parents):
         raise CorpusError(
             f"{target} is the current directory or holds it: a corpus replaces its whole "
             f"directory, which this process is working in; write below it (e.g. "
