@@ -1058,10 +1058,12 @@ def test_the_current_directory_and_its_parents_are_never_replaced(tmp_path, monk
     np.save(tmp_path / "a" / "x.npy", np.arange(1, 5))
     assert cli_main(["build", str(tmp_path / "a" / "x.npy"), "-o", out, "--vocab-size", "9"]) == 1
     assert os.path.isdir(".") and not (tmp_path / "a" / "here" / "manifest.json").exists()
+    gp.write_corpus(tmp_path / "c", [[1, 2]])
     (tmp_path / "gone").mkdir()
     monkeypatch.chdir(tmp_path / "gone")
     (tmp_path / "gone").rmdir()  # a working directory deleted under the process
-    assert len(gp.write_corpus(tmp_path / "c", [[1, 2]])) == 1  # os.path.realpath(".") raised
+    replaced = gp.write_corpus(tmp_path / "c", [[3], [4]], overwrite=True)  # realpath(".") raised
+    assert len(replaced) == 2
 
 
 def test_writing_under_a_file_is_named(tmp_path):
