@@ -69,7 +69,8 @@ def _cut(sharding: Sharding, ndim: int) -> Sharding:
     ``(batch, block)`` arrays) is cut to them, for the per-row ``filled``, ``source`` and
     ``epoch`` arrays of the same batch."""
     if isinstance(sharding, NamedSharding) and len(sharding.spec) > ndim:
-        return NamedSharding(sharding.mesh, PartitionSpec(*sharding.spec[:ndim]))
+        spec = PartitionSpec(*sharding.spec[:ndim])
+        return NamedSharding(sharding.mesh, spec, memory_kind=sharding.memory_kind)
     return sharding
 
 

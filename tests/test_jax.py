@@ -58,6 +58,10 @@ def test_make_global_batch_cuts_a_two_axis_spec_for_per_row_arrays(tmp_path):
     assert out["tokens"].sharding.spec == PartitionSpec("data", None)
     for key, value in batch.items():
         np.testing.assert_array_equal(np.asarray(out[key]), value)
+    pinned = NamedSharding(
+        single_device_mesh(), PartitionSpec("data", None), memory_kind="pinned_host"
+    )
+    assert gp.make_global_batch(batch, pinned)["filled"].sharding.memory_kind == "pinned_host"
 
 
 def test_make_global_batch_of_a_pipeline_batch(tmp_path):
