@@ -136,7 +136,7 @@ def test_negative_ids_of_a_signed_megatron_file_never_reach_documents_or_batches
     ):
         with pytest.raises(gp.CorpusError, match="token id -1 at token 4"):
             read()
-    with pytest.raises(gp.CorpusError, match="at token 4 of shard 0 of source 0 is negative"):
+    with pytest.raises(gp.CorpusError, match="at token 4 of shard 0 of source 'm' is negative"):
         config = gp.PipelineConfig(
             sources={"m": str(tmp_path / "data")}, block=4, global_batch_size=3, boundary_id=10
         )

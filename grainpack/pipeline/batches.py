@@ -543,7 +543,12 @@ class PipelineBatches:
         whose reads re-check the files, see :class:`CheckedReader`)."""
         cfg = self.config
         reader = RowReader(
-            packed, self.sources, block=cfg.block, pad_id=cfg.pad_id, boundary_id=cfg.boundary_id
+            packed,
+            self.sources,
+            block=cfg.block,
+            pad_id=cfg.pad_id,
+            boundary_id=cfg.boundary_id,
+            names=list(cfg.sources),
         )
         return CheckedReader(reader, self.sources)
 

@@ -80,6 +80,7 @@ class RowReader:
       block: as in :func:`pack_rows`.
       pad_id: token of padding runs.
       boundary_id: token written at ``read_marks``.
+      names: the sources' names, for messages (default: their indices).
 
     Example:
       >>> import tempfile, grainpack as gp
@@ -100,8 +101,10 @@ class RowReader:
         block: int,
         pad_id: int,
         boundary_id: int | None,
+        names: Sequence[str] | None = None,
     ) -> None:
         self.width = block + 1
+        self.names = list(names) if names is not None else list(range(len(readers)))
         source, shard = packed.read_source, packed.read_shard
         start, stop = packed.read_start, packed.read_stop
         ids = [pad_id] if boundary_id is None else [pad_id, boundary_id]
@@ -173,8 +176,9 @@ class RowReader:
         source = int(np.searchsorted(self.base, g, side="right")) - 1
         raise CorpusError(
             f"token id {tokens[position]} at token {local} of shard {g - int(self.base[source])} "
-            f"of source {source} is negative (a signed token file); token ids are non-negative, "
-            "so the file is corrupt or not a token file (`grainpack verify` checks every id)"
+            f"of source {self.names[source]!r} is negative (a signed token file); token ids are "
+            "non-negative, so the file is corrupt or not a token file (`grainpack verify` checks "
+            "every id)"
         )
 
 
