@@ -170,9 +170,10 @@ class PipelineConfig:
                 "sequence_selector must be callable (order, seed, epoch) -> order or bind to "
                 f"sources (gp.PerSource); got {selector!r}"
             )
-        if selector is not None and re.search(r" at 0x[0-9a-fA-F]+", describe_selector(selector)):
+        described = describe_selector(selector) if selector is not None else ""
+        if re.search(r" at 0x[0-9a-fA-F]+", described):
             raise TypeError(
-                f"sequence_selector's repr {describe_selector(selector)!r} holds a memory "
+                f"sequence_selector's repr {described!r} holds a memory "
                 "address, which differs in every process: the config fingerprint would change "
                 "and no checkpoint would restore. Give the selector's class a __repr__ naming "
                 "its parameters (a dataclass has one), or pass a module-level function (a "
