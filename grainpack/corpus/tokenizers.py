@@ -217,16 +217,14 @@ class HuggingFaceTokenizer(Tokenizer):
     def __init__(self, path: PathLike, *, threads: int | None = None) -> None:
         super().__init__(path, threads=threads)
         try:
-            settings = json.loads(Path(path).read_bytes())
+            settings = json.loads(self.path.read_bytes())
         except ValueError:  # not JSON: loading the model names the bad file
+            settings = None
+        if not isinstance(settings, dict):
             settings = {}
         # recorded in the identity: a file whose padding or truncation is on encodes
         # otherwise with the library's own settings
-        self.turned_off = [
-            key
-            for key in ("padding", "truncation")
-            if isinstance(settings, dict) and settings.get(key)
-        ]
+        self.turned_off = [key for key in ("padding", "truncation") if settings.get(key)]
 
     def _options(self) -> dict[str, Any]:
         return {"turned_off": self.turned_off} if self.turned_off else {}
