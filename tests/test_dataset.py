@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -711,8 +712,14 @@ def test_warnings_for_doubled_or_missing_boundaries_and_mixed_tokenizers(tmp_pat
     config = {"block": 8, "global_batch_size": 2}
     with pytest.warns(UserWarning, match="built with eos 256 appended to every document"):
         gp.make_dataset(gp.PipelineConfig(sources={"e": eos}, boundary_id=256, **config))
-    with pytest.warns(UserWarning, match=r"different tokenizers \('a': bytes , 'b': tiktoken"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         gp.make_dataset(gp.PipelineConfig(sources={"a": plain, "b": other}, **config))
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 3
+    assert re.match(r"source 'a' was built without an end-of-document token", messages[0])
+    assert re.match(r"source 'b' was built without an end-of-document token", messages[1])
+    assert re.search(r"different tokenizers \('a': bytes , 'b': tiktoken", messages[2])
     with pytest.warns(UserWarning, match="'a' was built without an end-of-document token"):
         gp.make_dataset(gp.PipelineConfig(sources={"a": plain, "e": eos}, **config))
     with warnings.catch_warnings():

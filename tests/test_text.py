@@ -65,7 +65,8 @@ def test_plain_text_one_document_per_file_or_line(tmp_path):
     (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"four\nfive\n"))
     (tmp_path / "c.txt.zst").write_bytes(zstandard.ZstdCompressor().compress(b"six"))
     (tmp_path / "notes.md").write_text("ignored: not a known format")
-    files = find_inputs(tmp_path)
+    with pytest.warns(UserWarning, match=r"1 file\(s\) of other formats are not read \(notes.md\)"):
+        files = find_inputs(tmp_path)
     assert [f.format for f in files] == ["text"] * 3
     assert documents(files) == ["one\ntwo\r\n\n  \nthree", "four\nfive\n", "six"]
     expected = ["one", "two", "three", "four", "five", "six"]
@@ -146,7 +147,8 @@ def test_find_inputs_globs_directories_and_errors(tmp_path):
     (tmp_path / "d" / "sub").mkdir(parents=True)
     for name in ("d/b.jsonl", "d/sub/a.jsonl", "d/a.jsonl", "d/skip.csv"):
         write_jsonl(tmp_path / name, ["x"])
-    names = [f.path.removeprefix(str(tmp_path)) for f in find_inputs(tmp_path / "d")]
+    with pytest.warns(UserWarning, match=r"1 file\(s\) of other formats are not read \(skip.csv\)"):
+        names = [f.path.removeprefix(str(tmp_path)) for f in find_inputs(tmp_path / "d")]
     assert names == ["/d/a.jsonl", "/d/b.jsonl", "/d/sub/a.jsonl"]
     assert len(find_inputs(f"{tmp_path}/d/**/*.jsonl")) == 3
     with pytest.raises(FileNotFoundError, match="the pattern matches no file"):
