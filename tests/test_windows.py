@@ -217,6 +217,27 @@ def test_mixed_stream_skip_to_equals_consuming(en_ar):
     assert [mix.streams[k].consumed for k in ("en", "ar")] == np.bincount(choices).tolist()
 
 
+def test_mixed_stream_sums_float32_probs_in_float32_as_the_seed(tmp_path):
+    # The seed sums `acc = 0.0; acc += p`: under NumPy 2 np.float32 values keep the sum in
+    # float32 and `u < acc` compares in float32. Slot 4 of seed 11 has u = 0.54672472178...,
+    # below the float64 sum of the first two (0.54672473669...) but not below their float32
+    # sum: 'y' with Python floats, 'z' with float32 values.
+    langs = {k: write_flat_layout(tmp_path / k, {"0.bin": range(i, i + 40)})
+             for i, k in ((0, "x"), (100, "y"), (200, "z"))}  # fmt: skip
+    a, b = np.float32(0.25), np.float32(0.29672474)
+    probs32 = [a, b, np.float32(1) - a - b]
+    mix = MixedStream(langs, 3, 11, probs32)
+    assert [mix.draw()[0] for _ in range(8)] == ["z", "x", "x", "z", "z", "z", "x", "x"]
+    floats = MixedStream(langs, 3, 11, [float(p) for p in probs32])
+    assert [floats.draw()[0] for _ in range(8)][4] == "y"
+    rows, counts = MixedStream(langs, 3, 11, probs32).next_batch(8)
+    assert counts == {"x": 4, "y": 0, "z": 4}
+    assert rows[:, 0].tolist() == [204, 24, 12, 216, 224, 236, 36, 0]  # the seed code's rows
+    skipped = MixedStream(langs, 3, 11, probs32)
+    skipped.skip_to(8)
+    assert skipped.state_dict() == mix.state_dict()
+
+
 def test_mixed_stream_skip_backwards_raises(en_ar):
     mix = MixedStream(en_ar, 4, 0)
     mix.skip_to(10)

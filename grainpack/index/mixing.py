@@ -60,7 +60,14 @@ _BACK_SLOTS = 1 << 22  # a slot this close before an anchor is counted back from
 
 
 def cumulative_probabilities(probs: Sequence[float]) -> tuple[float, ...]:
-    """Running sums ``acc += p`` in Python floats, exactly the window loader's accumulation order.
+    """Running sums ``acc = 0.0; acc += p``, exactly the window loader's accumulation.
+
+    The sums are made in the arithmetic of the values given, as the window loader makes
+    them: Python floats (and ints, ``np.float64``) in float64; under NumPy 2, a
+    ``np.float32`` (or ``float16``, ``longdouble``) value keeps the sum in its own type, and
+    ``u < acc`` then compares in that type. Such a sum is returned as the Python float that
+    compares with every ``u = z / 2**64`` as the sum does, so every later step (thresholds,
+    counting) is the float64 one.
 
     Example:
         >>> cumulative_probabilities((0.1, 0.2, 0.7))
@@ -70,8 +77,26 @@ def cumulative_probabilities(probs: Sequence[float]) -> tuple[float, ...]:
     out = []
     for p in probs:
         acc += p
-        out.append(acc)
+        out.append(float(acc) if isinstance(acc, float) else _comparing_float(acc))
     return tuple(out)
+
+
+def _comparing_float(acc: Any) -> float:
+    """The Python float ``c`` with ``(u < c) == (u < acc)`` for every ``u = z / 2**64``.
+
+    ``u < acc`` depends on ``z`` only through the float ``u`` and is monotone in it, so it
+    holds exactly for ``z`` below the smallest ``z`` that fails it, ``T``, whose ``u`` is
+    then the cut (no smaller ``z`` rounds to the same ``u``, or it would fail too)."""
+    if not acc < 2.0:  # NaN or out of range: refused later, with the probabilities named
+        return float(acc)
+    lo, hi = 0, 1 << 64
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if mid / 2**64 < acc:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo / 2**64 if lo < 1 << 64 else 2.0  # 2.0: above every u (u <= 1.0)
 
 
 def choose_source(seed: int, slot: int, cumulative: Sequence[float]) -> int:
@@ -280,9 +305,11 @@ class SlotMixer:
             schedule = MixtureSchedule([Stage(0, constant)])
         self.schedule = schedule
         self.num_sources = schedule.num_sources
-        # Weights that never change: exactly the fixed-weight choice, on its fast path.
+        # Weights that never change: exactly the fixed-weight choice, on its fast path (the
+        # running sums of the values as given, as the window loader sums them).
         self.probs = constant
-        self.cumulative = None if constant is None else cumulative_probabilities(constant)
+        given = constant if isinstance(probs, WeightSchedule) else probs
+        self.cumulative = None if constant is None else cumulative_probabilities(given)
         self._thresholds = None if constant is None else _finite_thresholds(self.cumulative)
         self._reset()
 

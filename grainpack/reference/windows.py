@@ -232,8 +232,9 @@ class MixedStream:
             self.probs = list(normalize_probabilities(probs, len(self.langs)))
         except ValueError as err:
             raise StreamArgumentError(str(err)) from None
-        self._cumulative = cumulative_probabilities(self.probs)
-        self._mixer = SlotMixer(self.seed, self.probs)
+        given = self.probs if probs is None else list(probs)  # summed as the seed sums them
+        self._cumulative = cumulative_probabilities(given)
+        self._mixer = SlotMixer(self.seed, given)
         self.streams = {
             lang: PackedStream(sources[lang], seq_len, self.seed + j, lang=lang)
             for j, lang in enumerate(self.langs)
