@@ -4,6 +4,7 @@ contract with ``order=BlockedOrder(...)`` (exact expected values on small corpor
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 
 import numpy as np
@@ -196,6 +197,33 @@ def test_an_epoch_has_at_most_the_rows_of_every_document(tmp_path, boundary):
     assert selected.rows_per_epoch is None and every.rows_per_epoch is not None
     assert selected.most_rows_per_epoch == every.rows_per_epoch == selected.rows_in_epoch(1)
     assert selected.rows_in_epoch(0) < every.rows_per_epoch
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"block_docs": 0}, ValueError, "block_docs must be >= 1"),
+        ({"window_blocks": 1.5}, TypeError, "window_blocks must be an int"),
+        ({"block_docs": True}, TypeError, "block_docs must be an int"),
+        ({"block_docs": 2**63}, ValueError, r"block_docs must be <= 2\*\*40"),
+        ({"window_blocks": 10**30}, ValueError, r"window_blocks must be <= 2\*\*40"),
+    ],
+)
+def test_bad_blocked_order_parameters_are_refused(options, error, match):
+    with pytest.raises(error, match=match):
+        BlockedOrder(**options)
+
+
+def test_the_largest_blocks_and_windows_are_the_whole_corpus(corpora):
+    big = gp.BlockedOrder(block_docs=2**40, window_blocks=2**40)
+    whole = gp.BlockedOrder(block_docs=2**20, window_blocks=1)
+    config = {"sources": {"en": corpora["en"]}, "block": 7, "global_batch_size": 4}
+    batches = [
+        [b["inputs"] for b in itertools.islice(gp.make_dataset(
+            gp.PipelineConfig(**config, order=order), process_count=1, process_index=0), 6)]
+        for order in (big, whole)
+    ]  # fmt: skip
+    assert all(np.array_equal(x, y) for x, y in zip(*batches, strict=True))
 
 
 def test_rows_outside_the_epoch_are_refused():

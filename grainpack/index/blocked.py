@@ -135,6 +135,9 @@ def _encrypt(x: np.ndarray, half: int, keys: list[np.uint64]) -> np.ndarray:
     return (left << shift) | right
 
 
+MAX_BLOCK_PARAMETER = 1 << 40  # block_docs and window_blocks: int64 products stay exact
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockedOrder:
     """The scalable document order (see :mod:`grainpack.index.blocked`).
@@ -157,7 +160,13 @@ class BlockedOrder:
 
     def __post_init__(self) -> None:
         for name in ("block_docs", "window_blocks"):  # numpy integers are stored as ints
-            object.__setattr__(self, name, check_int(name, getattr(self, name), minimum=1))
+            value = check_int(name, getattr(self, name), minimum=1)
+            if value > MAX_BLOCK_PARAMETER:  # beyond any corpus; int64 index math overflows
+                raise ValueError(
+                    f"{name} must be <= 2**40 (a block or window larger than any corpus is "
+                    f"the whole corpus: 2**40 means the same), got {name}={value}"
+                )
+            object.__setattr__(self, name, value)
 
     def description(self) -> dict[str, Any]:
         """JSON-able identity (part of the pipeline fingerprint)."""
