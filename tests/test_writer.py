@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -105,6 +108,55 @@ def test_corpus_writer_failed_overwrite_keeps_the_old_corpus(tmp_path):
     assert [p.name for p in tmp_path.parent.glob(f".{tmp_path.name}*")] == []  # no leftovers
 
 
+def test_leftovers_are_only_this_corpus_writers_not_a_longer_names(tmp_path):
+    # `en.old-2024` is another corpus: its lock and staging folder share `.en.old-` with what
+    # a killed overwrite of `en` leaves, but are not that (they were taken for it).
+    other = write_corpus(tmp_path / "en.old-2024", [[7, 7]])
+    (tmp_path / ".en.old-2024.lock").write_text("12345")
+    (tmp_path / ".en.old-2024.tmp-17452-f3a31254").mkdir()
+    (tmp_path / ".en.tmp-17452-0123abcd").mkdir()  # a killed writer of en: cleaned
+    assert _docs(write_corpus(tmp_path / "en", [[1, 2], [3]])) == [[1, 2], [3]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".en.old-2024.lock", ".en.old-2024.tmp-17452-f3a31254", "en", "en.old-2024",
+    ]  # fmt: skip
+    assert open_corpus(tmp_path / "en.old-2024").fingerprint == other.fingerprint
+
+
+FULL_DISK = """
+import os, resource, sys
+import grainpack as gp
+out, limit = sys.argv[1], int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+try:
+    gp.write_corpus(out, [[n % 60000] * 500 for n in range(400)], overwrite=True)
+except gp.CorpusError as err:
+    print(type(err).__name__, err)
+print(sorted(os.listdir(os.path.dirname(out))))
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+print(len(gp.write_corpus(out, [[1]], overwrite=True)))  # the same process writes again
+"""
+
+
+@pytest.mark.parametrize(
+    ("limit", "error"),
+    [
+        (0, r"cannot write a corpus at \S+/c: writing \S+/\.c\.lock: File too large"),
+        (
+            64 << 10,
+            r"writing \S+/c \(nothing was published\) in \S+/\.c\.tmp-\S+: File too large; a",
+        ),
+    ],
+)
+def test_a_full_disk_raises_a_corpus_error_and_leaves_nothing_behind(tmp_path, limit, error):
+    # A file size limit (RLIMIT_FSIZE) fails writes as a full disk does, at the lock or
+    # mid-shard; the old corpus stays and the same process can write once there is room.
+    write_corpus(tmp_path / "c", [[5, 6]])
+    script = [sys.executable, "-c", FULL_DISK, str(tmp_path / "c"), str(limit)]
+    lines = subprocess.run(script, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert re.match(rf"CorpusError {error}", lines[0]), lines
+    assert lines[1:] == ["['c']", "1"]  # no lock, no staging folder; then a write of one document
+
+
 def test_corpus_writer_accepts_numpy_integer_options(tmp_path):
     src = write_corpus(tmp_path, [[1]], vocab_size=np.int64(5), eos_id=np.uint16(1))
     assert (src.vocab_size, src.eos_id) == (5, 1)
@@ -150,10 +202,10 @@ def test_corpus_writer_without_exchange_renames_twice_and_recovers(tmp_path, mon
     assert _docs(write_corpus(path, [[2]], overwrite=True)) == [[2]]
     assert _leftovers(path) == []
     # as a writer killed between the renames leaves it: the old corpus aside, a staged new one
-    path.rename(tmp_path / ".c.old-123-abcd")
+    path.rename(tmp_path / ".c.old-123-abcd0123")
     write_corpus(tmp_path / "staged", [[3]]).shards  # noqa: B018
-    (tmp_path / "staged").rename(tmp_path / ".c.tmp-123-abcd")
-    with pytest.raises(CorpusError, match=r"left the previous corpus at .*\.c\.old-123-abcd"):
+    (tmp_path / "staged").rename(tmp_path / ".c.tmp-123-abcd0123")
+    with pytest.raises(CorpusError, match=r"left the previous corpus at .*\.c\.old-123-abcd0123"):
         open_corpus(path)
     with pytest.raises(FileExistsError, match="already holds a corpus"):
         write_corpus(path, [[4]])  # the old corpus is back first, and protected

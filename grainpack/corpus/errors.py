@@ -29,6 +29,9 @@ _FIXES = {
     errno.ENOTDIR: "a part of the path is a file, not a directory: choose another path",
     errno.EISDIR: "it is a directory where a file was expected: remove or rename it",
     errno.ENOSPC: "the disk is full: free space or write elsewhere",
+    errno.EFBIG: "a file size limit (ulimit -f, or the file system's) stopped the write: "
+    "raise it, or write smaller shards",
+    errno.EDQUOT: "the disk quota is used up: free space or write elsewhere",
     errno.EROFS: "the file system is read-only: write elsewhere",
     errno.ENAMETOOLONG: "the path is too long: choose a shorter one",
     errno.EMFILE: "too many open files: each mapped shard keeps two open (tokens and offsets); "

@@ -37,7 +37,6 @@ span shards; empty documents are stored (a repeated offset) so document ids matc
 from __future__ import annotations
 
 import functools
-import glob
 import hashlib
 import json
 import os
@@ -250,6 +249,18 @@ _INPUT_SUFFIXES = (
 )  # fmt: skip
 
 
+def leftovers(target: Path, kind: str) -> list[Path]:
+    """The folders writers of ``target`` left beside it, ``.NAME.{kind}-<pid>-<8 hex>``
+    (``kind``: ``tmp`` staging, ``old`` an overwritten corpus moved aside); only those: the
+    lock and folders of a corpus named ``NAME.old-2024`` share the prefix, not the name."""
+    own = re.compile(rf"\.{re.escape(target.name)}\.{kind}-[0-9]+-[0-9a-f]{{8}}")
+    try:
+        names = os.listdir(target.parent)
+    except FileNotFoundError:
+        return []
+    return sorted(target.parent / name for name in names if own.fullmatch(name))
+
+
 def not_a_corpus(path: Path) -> str:
     """Why ``path`` is not a corpus, with what a killed writer may have left there."""
     hint = ""
@@ -268,7 +279,7 @@ def not_a_corpus(path: Path) -> str:
                 "gp.convert_jsonl do the same in Python)."
             )
         elif not path.exists():
-            aside = sorted(path.parent.glob(f".{glob.escape(path.name)}.old-*"))
+            aside = leftovers(path, "old")
             if aside:
                 hint = (
                     f" An interrupted overwrite left the previous corpus at {aside[-1]}: the "

@@ -4,9 +4,9 @@ A write is a transaction. For a target ``DIR/NAME`` (symbolic links resolved):
 
 1. ``DIR/.NAME.lock`` is locked (``flock``, exclusive, held until the write ends); a second
    writer of the same path is refused with :class:`CorpusExistsError`. Leftovers of killed
-   writers are then cleaned: ``DIR/.NAME.tmp-*`` folders are deleted (their writers are dead:
+   writers are then cleaned: ``DIR/.NAME.tmp-<pid>-<8 hex>`` folders are deleted (their writers are dead:
    they would hold the lock), an interrupted two-rename overwrite is rolled back.
-2. Shards and the manifest are written into a private folder ``DIR/.NAME.tmp-<pid>-<random>``
+2. Shards and the manifest are written into a private folder ``DIR/.NAME.tmp-<pid>-<8 hex>``
    and fsync'd; nothing at ``DIR/NAME`` changes meanwhile, so the corpus being replaced can be
    read while its replacement is written (filtering a corpus in place works).
 3. ``close()`` publishes the folder with one atomic rename that never replaces a corpus
@@ -27,7 +27,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
-import glob
 import json
 import multiprocessing
 import os
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
-from grainpack.corpus.native import MANIFEST_NAME, SHARD_FILE, PathLike
+from grainpack.corpus.native import MANIFEST_NAME, SHARD_FILE, PathLike, leftovers
 
 __all__ = ["Transaction", "check_target", "exit_with_parent", "write_lock"]
 
@@ -107,8 +106,13 @@ class _Lock:
             if current == os.fstat(fd).st_ino:
                 break
             os.close(fd)  # the file was removed by its previous holder: lock the new one
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError as err:  # a full disk: release the lock, or this process keeps it
+            self.path.unlink(missing_ok=True)
+            os.close(fd)
+            raise os_error(err, f"cannot write a corpus at {target}: writing", self.path) from err
         self.fd: int | None = fd
 
     def release(self) -> None:
@@ -128,16 +132,12 @@ def write_lock(path: PathLike) -> _Lock:
     return _Lock(_target(Path(path)))
 
 
-def _leftovers(target: Path, kind: str) -> list[Path]:
-    return sorted(target.parent.glob(f".{glob.escape(target.name)}.{kind}-*"))
-
-
 def _recover(target: Path) -> None:
     """Under the lock: undoes what killed writers left next to ``target``."""
-    aside = _leftovers(target, "old")
+    aside = leftovers(target, "old")
     if aside and not target.exists():  # killed between the two renames of an overwrite
         os.rename(aside.pop(), target)
-    for folder in aside + _leftovers(target, "tmp"):
+    for folder in aside + leftovers(target, "tmp"):
         shutil.rmtree(folder)
 
 
@@ -269,7 +269,9 @@ class Transaction:
         except BaseException as err:
             self.abort()
             if isinstance(err, OSError) and not isinstance(err, CorpusError):
-                raise os_error(err, f"writing {self.path} (nothing was published) in") from err
+                raise os_error(
+                    err, f"writing {self.path} (nothing was published) in", self.staging
+                ) from err
             raise
         self._cleanup.detach()
         self._lock.release()

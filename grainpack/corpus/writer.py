@@ -15,6 +15,7 @@ folder and copied out in that order (twice the disk while writing, ``O(1)`` memo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -260,8 +261,11 @@ class _ShardFiles:
         }
 
     def close(self) -> None:
-        self.tokens.close()
-        self.offsets.close()
+        """Closes the files being discarded; a full disk's error at the last flush is
+        ignored, so that the caller's error and clean-up go on."""
+        for f in (self.tokens, self.offsets):
+            with contextlib.suppress(OSError):
+                f.close()
 
 
 # -- the transaction: lock, target, staging folder, publish ----------------------------------
@@ -387,7 +391,9 @@ class CorpusWriter:
                 )
             current.add(arr)
         except OSError as err:
-            raise os_error(err, f"writing {self.path} (nothing was published) in") from err
+            raise os_error(
+                err, f"writing {self.path} (nothing was published) in", self._staging
+            ) from err
         self._num_documents += 1
         self._num_tokens += arr.size
         return index
@@ -400,9 +406,11 @@ class CorpusWriter:
         try:
             self._finish()
         except BaseException as err:
-            self._transaction.abort()
+            self._discard()
             if isinstance(err, OSError) and not isinstance(err, CorpusError):
-                raise os_error(err, f"writing {self.path} (nothing was published) in") from err
+                raise os_error(
+                    err, f"writing {self.path} (nothing was published) in", self._staging
+                ) from err
             raise
         self._transaction.publish()
 
@@ -447,12 +455,18 @@ class CorpusWriter:
         if self._closed:
             return
         self._closed = True
-        if self._input is not None:
-            self._input.abort()
-        if self._current is not None:
-            self._current.close()
-            self._current = None
-        self._transaction.abort()
+        self._discard()
+
+    def _discard(self) -> None:
+        """Closes the files being written and aborts the transaction (whatever fails)."""
+        try:
+            if self._input is not None:
+                self._input.abort()
+        finally:
+            if self._current is not None:
+                self._current.close()
+                self._current = None
+            self._transaction.abort()
 
     def __enter__(self) -> CorpusWriter:
         return self
