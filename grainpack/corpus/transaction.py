@@ -4,8 +4,9 @@ A write is a transaction. For a target ``DIR/NAME`` (symbolic links resolved):
 
 1. ``DIR/.NAME.lock`` is locked (``flock``, exclusive, held until the write ends); a second
    writer of the same path is refused with :class:`CorpusExistsError`. Leftovers of killed
-   writers are then cleaned: ``DIR/.NAME.tmp-<pid>-<8 hex>`` folders are deleted (their writers are dead:
-   they would hold the lock), an interrupted two-rename overwrite is rolled back.
+   writers are then cleaned: ``DIR/.NAME.tmp-<pid>-<8 hex>`` folders are deleted (their
+   writers are dead: they would hold the lock), an interrupted two-rename overwrite is rolled
+   back.
 2. Shards and the manifest are written into a private folder ``DIR/.NAME.tmp-<pid>-<8 hex>``
    and fsync'd; nothing at ``DIR/NAME`` changes meanwhile, so the corpus being replaced can be
    read while its replacement is written (filtering a corpus in place works).
