@@ -282,6 +282,50 @@ def test_an_interrupted_shuffle_keeps_the_tokenized_corpus(tmp_path, capsys, mon
     assert "pass --overwrite" in capsys.readouterr().err and parts == []
 
 
+def test_a_resumed_shuffle_never_takes_another_builds_staged_corpus(tmp_path, capsys, monkeypatch):
+    # A text build interrupted while shuffling, then an ids build of the same -o interrupted
+    # the same way: the staged corpus is the ids build's now, and the text build's plan
+    # key alone matched it. The text build must tokenize again, not publish those ids.
+    from grainpack.corpus import writer
+
+    (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(20)))
+    np.save(tmp_path / "ids.npy", np.full((5, 3), 300, dtype=np.uint16))
+    out = ["--shuffle", "3", "-o", str(tmp_path / "o")]
+    text = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--workers", "1", *out]
+    ids = ["build", str(tmp_path / "ids.npy"), *out]
+    shuffle = writer.shuffle_corpus
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer, "shuffle_corpus", interrupted)
+    assert main(text) == 130 and main(ids) == 130
+    monkeypatch.setattr(writer, "shuffle_corpus", shuffle)
+    capsys.readouterr()
+    assert main(text) == 0
+    assert "tokenized before" not in capsys.readouterr().out
+    docs = sorted(bytes(d.tolist()).decode() for d in gp.open_corpus(tmp_path / "o"))
+    assert docs == sorted(f"doc {i}" for i in range(20))
+
+
+def test_a_second_shuffle_build_of_one_output_is_refused_and_harms_nothing(tmp_path, capsys):
+    from grainpack.corpus.transaction import write_lock
+
+    (tmp_path / "a.jsonl").write_text('{"text": "hello"}\n')
+    argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--shuffle", "1", "-o"]
+    lock = write_lock(tmp_path / "o.shuffle")  # as a running --shuffle build of o holds it
+    try:
+        assert main([*argv, str(tmp_path / "o")]) == 1
+    finally:
+        lock.release()
+    err = capsys.readouterr().err
+    assert (
+        f"another `grainpack build --shuffle` of {tmp_path / 'o'} is in progress (process " in err
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
+    assert main([*argv, str(tmp_path / "o")]) == 0
+
+
 def test_build_plain_text_needs_a_tokenizer(tmp_path, capsys):
     (tmp_path / "a.txt").write_text("hi")
     assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o")]) == 1

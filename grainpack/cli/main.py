@@ -425,27 +425,26 @@ TEXT_ONLY = ("tiktoken_pattern", "lines", "eos", "workers", "ray", "ray_address"
 def _build(args: argparse.Namespace) -> None:
     args.output = os.path.abspath(args.output)  # "." has no name to put files beside
     output = Path(args.output)
-    if args.shuffle is not None:  # build into a staging directory, then copy shuffled
-        from grainpack.corpus.transaction import check_target
+    if args.shuffle is None:
+        _build_input(args)
+        return
+    from grainpack.corpus.errors import CorpusExistsError
+    from grainpack.corpus.transaction import check_target, write_lock
+    from grainpack.corpus.writer import shuffle_corpus
 
-        check_target(output, overwrite=args.overwrite)  # before tokenizing
-        args.output = str(output.with_name(f".{output.name}.unshuffled"))
-    if args.tokenizer is not None:
-        try:
-            _build_text(args)
-        except ImportError as err:  # an optional extra is missing: the message says which
-            raise ValueError(str(err)) from err
-    else:
-        given = [
-            f"--{k.replace('_', '-')}" for k in TEXT_ONLY if getattr(args, k) not in (None, False)
-        ]
-        if given:
-            raise ValueError(f"{', '.join(given)} need --tokenizer (they apply to text inputs)")
-        _build_ids(args)
-    if args.shuffle is not None:
-        from grainpack.corpus.writer import shuffle_corpus
-
-        staged = Path(args.output)
+    check_target(output, overwrite=args.overwrite)  # before tokenizing
+    try:  # held by the whole command: one --shuffle build of OUT uses its staged corpus
+        lock = write_lock(output.with_name(f"{output.name}.shuffle"))
+    except CorpusExistsError as err:
+        holder = re.search(r"\(process .*\)", str(err))  # (process N holds DIR/.OUT.shuffle.lock)
+        raise CorpusExistsError(
+            f"another `grainpack build --shuffle` of {output} is in progress "
+            f"{holder.group() if holder else ''}; wait for it to finish"
+        ) from None
+    try:  # build into a staging corpus, then copy it shuffled
+        staged = output.with_name(f".{output.name}.unshuffled")
+        args.output = str(staged)
+        _build_input(args)
         try:
             src = shuffle_corpus(
                 staged,
@@ -461,19 +460,37 @@ def _build(args: argparse.Namespace) -> None:
             _drop_staged(staged)
             raise
         _drop_staged(staged)
-        print(
-            f"stored in the random order of seed {args.shuffle}: {output} ({len(src):,} documents)"
-        )
+    finally:
+        lock.release()
+    print(f"stored in the random order of seed {args.shuffle}: {output} ({len(src):,} documents)")
 
 
-def _opens(path: str) -> bool:
+def _build_input(args: argparse.Namespace) -> None:
+    """Builds ``args.output`` from the inputs: text with ``--tokenizer``, else token ids."""
+    if args.tokenizer is not None:
+        try:
+            _build_text(args)
+        except ImportError as err:  # an optional extra is missing: the message says which
+            raise ValueError(str(err)) from err
+        return
+    given = [f"--{k.replace('_', '-')}" for k in TEXT_ONLY if getattr(args, k) not in (None, False)]
+    if given:
+        raise ValueError(f"{', '.join(given)} need --tokenizer (they apply to text inputs)")
+    if args.shuffle is not None:  # what a text build tokenized before is replaced
+        _key_file(Path(args.output)).unlink(missing_ok=True)
+    _build_ids(args)
+
+
+def _tokenized_before(staged: Path, key: str) -> bool:
+    """Whether ``staged`` holds what an interrupted ``--shuffle`` build with plan ``key``
+    tokenized: the key file beside it names the plan and the corpus it wrote."""
     from grainpack.corpus.formats import open_corpus
 
     try:
-        open_corpus(path)
+        recorded = json.loads(_key_file(staged).read_text())
+        return recorded == {"plan": key, "fingerprint": open_corpus(staged).fingerprint}
     except (OSError, ValueError):
         return False
-    return True
 
 
 def _drop_staged(staged: Path) -> None:
@@ -482,7 +499,8 @@ def _drop_staged(staged: Path) -> None:
 
 
 def _key_file(staged: Path) -> Path:
-    """Beside a --shuffle build's tokenized corpus: the hash of the build plan it is from."""
+    """Beside a --shuffle build's tokenized corpus: the build plan it is from, and its
+    fingerprint."""
     return staged.with_name(f"{staged.name}.key")
 
 
@@ -527,7 +545,7 @@ def _build_text(args: argparse.Namespace) -> None:
     if args.shuffle is not None:  # tokenized by an interrupted run of this command?
         planned = {k: v for k, v in kwargs.items() if k not in ("overwrite", "progress")}
         key = plan_build(args.inputs, **planned).key  # type: ignore[arg-type]
-        if key_file.is_file() and key_file.read_text() == key and _opens(args.output):
+        if _tokenized_before(Path(args.output), key):
             print("tokenized before (by an interrupted run of this command); shuffling")
             return
         key_file.unlink(missing_ok=True)
@@ -536,7 +554,7 @@ def _build_text(args: argparse.Namespace) -> None:
     else:
         src = build_corpus(args.inputs, args.output, workers=args.workers, **kwargs)
     if key is not None:
-        key_file.write_text(key)
+        key_file.write_text(json.dumps({"plan": key, "fingerprint": src.fingerprint}))
     print(
         f"{_built(args)}: {src.num_documents:,} documents, {src.num_tokens:,} tokens, "
         f"{src.dtype}, {len(src.shards)} shard(s), tokenizer {tokenizer!r}"
