@@ -277,6 +277,37 @@ def test_merge_refuses_mismatched_parts_and_existing_output(tmp_path):
     assert [d.tolist() for d in merged] == [[1, 2], [1, 2]]
 
 
+FILE_SIZE_LIMIT = """
+import os, resource, sys
+import grainpack as gp
+from grainpack.corpus.build import build_corpus, merge_corpora
+d = sys.argv[1]
+resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.RLIM_INFINITY))  # as a full disk
+for write in (lambda: merge_corpora([f"{d}/p1", f"{d}/p2"], f"{d}/m"),
+              lambda: build_corpus(f"{d}/a.jsonl", f"{d}/b", tokenizer="bytes", workers=1)):
+    try:
+        write()
+    except gp.CorpusError as err:
+        print(str(err).split(": File too large")[0])
+print(sorted(os.listdir(d)))
+"""
+
+
+def test_a_full_disk_in_merge_or_a_build_plan_is_a_corpus_error_naming_the_file(tmp_path):
+    # Both raised a bare OSError naming no file; the build left .b.parts/plan.json.tmp.
+    gp.write_corpus(tmp_path / "p1", [[1, 2]] * 30)
+    gp.write_corpus(tmp_path / "p2", [[3]] * 30)
+    (tmp_path / "a.jsonl").write_text('{"text": "hi"}\n' * 30)
+    script = [sys.executable, "-c", FILE_SIZE_LIMIT, str(tmp_path)]
+    out = subprocess.run(script, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith(
+        f"writing {tmp_path / 'm'} (nothing was published) in {tmp_path}/.m.tmp-"
+    )
+    assert out[0].endswith("/manifest.json")
+    assert out[1] == f"writing the build plan {tmp_path}/.b.parts/plan.json.tmp"
+    assert out[2] == "['a.jsonl', 'p1', 'p2']"
+
+
 def test_merge_is_published_atomically(tmp_path, monkeypatch):
     gp.write_corpus(tmp_path / "a", [[1, 2]])
     gp.write_corpus(tmp_path / "b", [[3]])

@@ -1036,6 +1036,20 @@ def test_unparseable_index_files_are_named(tmp_path, content, problem, index, ca
     assert f"{tmp_path / index}: {problem}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+@pytest.mark.parametrize("index", ["manifest.json", "index.json", "m.idx"])
+def test_index_files_that_are_not_regular_files_are_refused_at_once(tmp_path, kind, index):
+    # A FIFO blocked open_corpus and verify forever; /dev/zero was read until memory ran out.
+    write_megatron_int64(tmp_path / "m", [[1, 2]])  # m.bin beside the index under test
+    path = tmp_path / index
+    path.unlink(missing_ok=True)
+    {"fifo": os.mkfifo, "dev-zero": lambda p: p.symlink_to("/dev/zero"), "directory": os.mkdir}[
+        kind
+    ](path)
+    with pytest.raises(gp.CorpusError, match=re.escape(f"{path}: not a regular file")):
+        gp.open_corpus(tmp_path / "m" if index == "m.idx" else tmp_path)
+
+
 @pytest.mark.parametrize("out", [".", ".."])
 def test_the_current_directory_and_its_parents_are_never_replaced(tmp_path, monkeypatch, out):
     (tmp_path / "a" / "here").mkdir(parents=True)

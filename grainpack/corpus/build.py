@@ -309,8 +309,12 @@ def _staged(stage: Path, plan: BuildPlan) -> Iterator[list[Path]]:
     if not plan_file.exists():
         described = [[describe_slice(s) for s in part] for part in plan.parts]
         tmp = stage / "plan.json.tmp"
-        tmp.write_text(json.dumps({"key": plan.key, "parts": described}, indent=1))
-        os.replace(tmp, plan_file)
+        try:
+            tmp.write_text(json.dumps({"key": plan.key, "parts": described}, indent=1))
+            os.replace(tmp, plan_file)
+        except OSError as err:  # a full disk: nothing is built, nothing is left
+            shutil.rmtree(stage, ignore_errors=True)
+            raise os_error(err, "writing the build plan", tmp) from err
     paths = [stage / f"part-{k:05d}" for k in range(len(plan.parts))]
     todo = [p for p in paths if not (p / MANIFEST_NAME).is_file()]
     try:

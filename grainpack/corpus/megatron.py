@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from grainpack.corpus.errors import CorpusError, os_error
-from grainpack.corpus.shards import FileIdentity, LengthsFile, ShardRecord
+from grainpack.corpus.shards import FileIdentity, LengthsFile, ShardRecord, read_whole
 from grainpack.corpus.source import TokenShardSource
 
 _MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
@@ -32,8 +32,7 @@ def open_megatron(prefix: Path, *, eos_id: int | None = None) -> TokenShardSourc
     """
     idx, bin_ = Path(f"{prefix}.idx"), Path(f"{prefix}.bin")
     try:
-        with open(idx, "rb") as f:
-            idx_stat, raw = os.fstat(f.fileno()), f.read()
+        idx_stat, raw = read_whole(idx, "give the prefix of a Megatron .bin/.idx pair")
         bin_stat = os.stat(bin_)
     except (FileNotFoundError, IsADirectoryError) as err:
         name = Path(err.filename).name

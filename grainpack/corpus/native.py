@@ -36,7 +36,6 @@ span shards; empty documents are stored (a repeated offset) so document ids matc
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -48,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError, os_error
-from grainpack.corpus.shards import FileIdentity, OffsetsFile, ShardRecord
+from grainpack.corpus.shards import FileIdentity, OffsetsFile, ShardRecord, read_whole
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import summary_pieces
 from grainpack.index.checks import is_int
@@ -72,6 +71,8 @@ SHARD_FILE = re.compile(r"(tokens|offsets|summary)-\d{5,}\.bin")
 MAX_TOKEN_ID = 2**31 - 1
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _OPEN_ATTEMPTS = 5
+# A manifest lists its shards (about 300 bytes each): 1 GiB is millions of shards.
+MAX_JSON_BYTES = 1 << 30
 
 PathLike = str | os.PathLike[str]
 
@@ -88,8 +89,7 @@ def load_json(
     (``options`` go to ``json.loads``): the value and the raw bytes. Anything unreadable or
     unparseable is a :class:`CorpusError` naming the file, what is wrong with it and ``fix``."""
     try:
-        with open(file if dir_fd is None else file.name, "rb", opener=_opener(dir_fd)) as f:
-            raw = f.read()
+        _, raw = read_whole(file, fix, dir_fd=dir_fd, limit=MAX_JSON_BYTES)
     except OSError as err:
         err.filename = str(file)
         raise os_error(err, "reading") from err
@@ -102,10 +102,6 @@ def load_json(
     except RecursionError:
         problem = "JSON nested too deeply to be a corpus index"
     raise CorpusError(f"{file}: {problem}; {fix}")
-
-
-def _opener(dir_fd: int | None) -> Any:
-    return None if dir_fd is None else functools.partial(os.open, dir_fd=dir_fd)
 
 
 def content_digest(tokens_sha256: str, offsets_sha256: str) -> str:

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import logging
 import os
+import stat
 from collections.abc import Callable
 from typing import Protocol
 
@@ -35,6 +36,7 @@ __all__ = [
     "WholeShard",
     "check_offsets",
     "raise_open_file_limit",
+    "read_whole",
 ]
 
 # Scans (eos splitting) touch at most this many tokens at once: 16M tokens = 32-64 MB.
@@ -257,6 +259,38 @@ class ShardRecord:
 
 def offsets_path_of(record: ShardRecord) -> str:
     return getattr(record.documents, "path", record.tokens_path)
+
+
+def read_whole(
+    path: str | os.PathLike[str], fix: str, *, dir_fd: int | None = None, limit: int | None = None
+) -> tuple[os.stat_result, bytes]:
+    """The status and bytes of the regular file ``path`` (its name read through the open
+    directory ``dir_fd``, if given).
+    A FIFO, a device (a link to ``/dev/zero``) or a directory, and a file over ``limit``
+    bytes, are a :class:`CorpusError` naming it and ``fix``, instead of a read that blocks
+    or never ends. ``OSError`` propagates.
+
+    Example:
+        >>> read_whole("/dev/zero", "use a corpus file")
+        Traceback (most recent call last):
+        ...
+        grainpack.corpus.errors.CorpusError: /dev/zero: not a regular file (a FIFO, device or directory); use a corpus file
+    """  # noqa: E501
+    opened = path if dir_fd is None else os.path.basename(path)
+    fd = os.open(opened, os.O_RDONLY | os.O_NONBLOCK, dir_fd=dir_fd)  # a FIFO: no wait
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise CorpusError(f"{path}: not a regular file (a FIFO, device or directory); {fix}")
+        if limit is not None and status.st_size > limit:
+            raise CorpusError(
+                f"{path}: {status.st_size:,} bytes, more than such a file can hold "
+                f"({limit:,}); {fix}"
+            )
+        with open(fd, "rb", closefd=False) as f:
+            return status, f.read()
+    finally:
+        os.close(fd)
 
 
 def _read_exact(

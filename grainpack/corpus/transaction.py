@@ -248,20 +248,31 @@ class Transaction:
         self._cleanup = weakref.finalize(self, _abandon, self.staging, self._lock)
 
     def write_file(self, name: str, data: bytes) -> None:
-        """Writes ``data`` to ``name`` in the staging folder, durably."""
-        with open(self.staging / name, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        """Writes ``data`` to ``name`` in the staging folder, durably.
+
+        Raises:
+            CorpusError: the write failed (a full disk, ...), naming the file.
+        """
+        try:
+            with open(self.staging / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:
+            raise self._failed(err, name) from err
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        """Writes ``manifest.json`` into the staging folder, durably."""
-        with open(self.staging / MANIFEST_NAME, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(self.staging)
+        """Writes ``manifest.json`` into the staging folder, durably (errors as
+        :meth:`write_file`)."""
+        text = json.dumps(manifest, indent=1) + "\n"
+        self.write_file(MANIFEST_NAME, text.encode())
+        try:
+            _fsync_dir(self.staging)
+        except OSError as err:
+            raise self._failed(err, MANIFEST_NAME) from err
+
+    def _failed(self, err: OSError, name: str) -> CorpusError:
+        return os_error(err, f"writing {self.path} (nothing was published) in", self.staging / name)
 
     def publish(self) -> None:
         """One atomic rename of the staging folder to the target; releases the lock."""
