@@ -1088,6 +1088,8 @@ def test_unreadable_and_unwritable_files_are_named_for_a_non_root_user(tmp_path)
         (path / "tokens-00001.bin").chmod(0o000)
         (other / "manifest.json").chmod(0o000)
         (root / "locked").mkdir(mode=0o755)
+        (root / "a.jsonl").write_text('{"text": "hi"}\n')
+        (root / "a.jsonl").chmod(0o644)
         shutil.copytree(path, root / "e")  # offsets unreadable
         (root / "e" / "offsets-00000.bin").chmod(0o000)
         for name, mode in [("f", 0o000), ("g", 0o644)]:  # folders closed, or not searchable
@@ -1097,7 +1099,8 @@ def test_unreadable_and_unwritable_files_are_named_for_a_non_root_user(tmp_path)
         code = """
 import os, sys
 import grainpack as gp
-import grainpack.corpus.formats, grainpack.corpus.writer  # before the stdlib is unreadable
+import grainpack.corpus.formats, grainpack.corpus.writer, grainpack.corpus.build  # before the
+# stdlib is unreadable
 if os.geteuid() == 0:
     os.setgid(65534)
     os.setuid(65534)
@@ -1106,6 +1109,7 @@ for name, call in [
     ("open", lambda: gp.open_corpus(f"{root}/c")[1]),
     ("manifest", lambda: gp.open_corpus(f"{root}/d")),
     ("write", lambda: gp.write_corpus(f"{root}/locked/new", [[1]])),
+    ("build", lambda: gp.build_corpus(f"{root}/a.jsonl", f"{root}/locked/b", tokenizer="bytes")),
     ("offsets", lambda: gp.open_corpus(f"{root}/e")[0]),
     ("closed", lambda: gp.open_corpus(f"{root}/f")),
     ("unsearchable", lambda: gp.open_corpus(f"{root}/g")),
@@ -1131,6 +1135,8 @@ for name, call in [
         assert f"CorpusError reading {other / 'manifest.json'}: {fix}" in lines["manifest"]
         assert lines["write"].startswith("CorpusError ")
         assert f"{root / 'locked'}" in lines["write"] and fix in lines["write"]
+        assert lines["build"].startswith(f"CorpusError cannot write a corpus at {root}/locked/.b")
+        assert f"{root / 'locked'}/..b.parts.lock: {fix}" in lines["build"]  # was a raw OSError
         offsets = root / "e" / "offsets-00000.bin"
         assert f"CorpusError mapping {offsets}: {fix}" in lines["offsets"]
         for name, folder in [("closed", "f"), ("unsearchable", "g")]:  # not "not a corpus"

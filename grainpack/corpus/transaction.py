@@ -90,7 +90,10 @@ class _Lock:
     def __init__(self, target: Path) -> None:
         self.path = target.parent / f".{target.name}.lock"
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as err:  # a read-only folder, permissions
+                raise os_error(err, f"cannot write a corpus at {target}: creating") from err
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
