@@ -585,8 +585,10 @@ def _block_selector(selector: object, name: str, block_docs: int) -> BlockSelect
     if not isinstance(selector, SelectsBlocks):
         raise TypeError(
             f"order=BlockedOrder needs a selector whose kept tokens per block are known without "
-            f"reading documents (a gp.LengthBuckets, or gp.PerSource of them); source {name!r} "
-            f"has {selector!r}. Use order='exact' for arbitrary per-document selectors"
+            f"reading documents (a gp.LengthBuckets, gp.PerSource of them, or your own with a "
+            f"for_blocks(block_docs) method returning a grainpack.index.blocked.BlockSelector); "
+            f"source {name!r} has {selector!r}. Use order='exact' for arbitrary per-document "
+            "selectors"
         )
     return selector.for_blocks(block_docs)
 

@@ -323,6 +323,13 @@ class PipelineIterator(grain.DatasetIterator):
                 "(counts: a list of ints >= 0), step >= 0 and 0 <= process_index < process_count"
             )
         expected = COUNTED_STATE_VERSION if "counts" in state else FORMAT_VERSION
+        if state["version"] in {FORMAT_VERSION, COUNTED_STATE_VERSION} - {expected}:
+            has = "has" if state["version"] == COUNTED_STATE_VERSION else "has no"
+            raise ValueError(
+                f"corrupt grainpack iterator state {dict(state)!r}: a version "
+                f"{state['version']} state {has} 'counts' (the state was edited or cut); "
+                "restore from the state get_state returned"
+            )
         if state["version"] != expected:
             raise ValueError(
                 f"iterator state version {state['version']} is not {expected}; it was "
