@@ -93,6 +93,10 @@ def test_parquet_errors(tmp_path):
     with pytest.raises(ValueError, match="column 'n' holds int64, expected strings"):
         find_inputs(path, field="n")
     (file,) = find_inputs(path, field="body")
+    duplicated = pa.table([pa.array(["a"]), pa.array(["b"])], names=["text", "text"])
+    pq.write_table(duplicated, tmp_path / "d.parquet")  # a KeyError from pyarrow
+    with pytest.raises(ValueError, match="2 columns are named 'text'; which one holds the text"):
+        find_inputs(tmp_path / "d.parquet")
     with pytest.raises(ValueError, match="row 1 has no text"):
         list(read_documents(TextSlice(file, 0, 1), field="body"))
     (tmp_path / "b.parquet").write_bytes(b"not parquet at all")
@@ -105,6 +109,18 @@ def test_parquet_errors(tmp_path):
     (file,) = find_inputs(tmp_path / "c.parquet")
     with pytest.raises(ValueError, match=r"c\.parquet: row 2 of column 'text' is not UTF-8 text"):
         list(read_documents(TextSlice(file, 0, 1)))
+
+
+def test_a_dictionary_encoded_text_column_is_text(tmp_path):
+    column = pa.array(["a", "b", "a", "c"]).dictionary_encode()
+    pq.write_table(pa.table({"text": column}), tmp_path / "a.parquet")
+    assert documents(find_inputs(tmp_path / "a.parquet")) == ["a", "b", "a", "c"]
+
+
+def test_lines_end_at_a_newline_and_a_bare_carriage_return_is_text(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"one\r\ntwo\n\na\r\r\nb\rc\n \xc2\xa0\t\nlast\r")
+    expected = ["one", "two", "a\r", "b\rc", "last\r"]  # the rstrip took every \r
+    assert documents(find_inputs(tmp_path / "a.txt"), lines=True) == expected
 
 
 def test_corrupt_parquet_pages_are_errors_not_other_text(tmp_path):
@@ -160,6 +176,22 @@ def test_find_inputs_globs_directories_and_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="the directory holds no"):
         find_inputs(tmp_path / "empty")
+
+
+def test_a_glob_matching_folders_reads_their_files_and_folders_skip_hidden_ones(tmp_path):
+    data = tmp_path / "data"
+    for name in ("top.jsonl", "2023/a.jsonl", "2024/b.jsonl", ".ipynb_checkpoints/top.jsonl"):
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(data / name, [name])
+    (data / "2024" / ".hidden.jsonl").write_text('{"text": "hidden"}\n')
+    want = ["2023/a.jsonl", "2024/b.jsonl", "top.jsonl"]  # the shell's expansion of data/*
+    with pytest.warns(UserWarning, match=r"2 hidden file\(s\) and folder\(s\) .* \(\.ipynb_che"):
+        assert documents(find_inputs(data)) == want  # .ipynb_checkpoints held a copy
+    for pattern in ("data/*", "data/**", "data/2*", "*"):  # data/* read only top.jsonl
+        with pytest.warns(UserWarning, match=r"hidden file\(s\) and folder\(s\)"):
+            got = documents(find_inputs(f"{tmp_path}/{pattern}"))
+        assert got == (want[:2] if pattern == "data/2*" else want), pattern
+    assert documents(find_inputs(data / "2024" / ".hidden.jsonl")) == ["hidden"]  # named
 
 
 def test_links_loops_repeats_and_unlistable_directories_are_never_skipped(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import pickle
 
@@ -108,6 +109,10 @@ def test_bad_specs_and_files(tmp_path):
     (tmp_path / "broken.tiktoken").write_text("not-base64 x\n")
     with pytest.raises(ValueError, match="could not load it as a tiktoken tokenizer"):
         load_tokenizer(tmp_path / "broken.tiktoken")
+    ranks = [f"{base64.b64encode(bytes([b])).decode()} {b}\n" for b in range(256) if b != 122]
+    (tmp_path / "noz.tiktoken").write_text("".join(ranks))  # tiktoken panicked on a "z"
+    with pytest.raises(ValueError, match=r"1 of the 256 single bytes have no rank \(e.g. b'z'\)"):
+        load_tokenizer(tmp_path / "noz.tiktoken")
 
 
 def test_token_ids_of_strings(tokenizer_files):

@@ -99,24 +99,38 @@ def _expand(item: str) -> list[Path]:
         found = sorted(Path(p) for p in glob.glob(item, recursive=True))
         if not found:
             raise FileNotFoundError(f"{item}: the pattern matches no file")
-        return [p for p in found if not p.is_dir()]  # a broken link is refused by its read
+        files = [p for p in found if not p.is_dir()]  # a broken link is refused by its read
+        folders = [p for p in found if p.is_dir()]
+        if folders:  # a folder matched stands for its files, as in the shell's expansion
+            inside = (f for folder in folders for f in _folder_files(folder, stacklevel=6))
+            files = sorted({*files, *inside})  # `data/**` matches a folder and its files
+        return files
     path = Path(item)
     if path.is_dir():
-        files = _walk(path)
-        found = [p for p in files if _format_of(p)]
-        if not found:
-            raise ValueError(f"{path}: the directory holds no {'/'.join(FORMATS)} files")
-        other = [p.name for p in files if not _format_of(p)]
-        if other:
-            warnings.warn(
-                f"{path}: {len(other)} file(s) of other formats are not read "
-                f"({', '.join(other[:3])}{', ...' if len(other) > 3 else ''})",
-                stacklevel=4,
-            )
-        return found
+        return _folder_files(path, stacklevel=5)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such input file or directory")
     return [path]
+
+
+def _folder_files(path: Path, *, stacklevel: int) -> list[Path]:
+    """The files of a known format under the folder ``path`` (recursively, sorted, hidden
+    entries skipped as globs skip them), warning of the other ones."""
+    files, hidden = _walk(path)
+    found = [p for p in files if _format_of(p)]
+    if not found:
+        raise ValueError(f"{path}: the directory holds no {'/'.join(FORMATS)} files")
+    for what, names in (
+        ("file(s) of other formats", [p.name for p in files if not _format_of(p)]),
+        ("hidden file(s) and folder(s) (name them to read them)", hidden),
+    ):
+        if names:
+            warnings.warn(
+                f"{path}: {len(names)} {what} are not read "
+                f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})",
+                stacklevel=stacklevel,
+            )
+    return found
 
 
 def _unlistable(err: OSError) -> None:
@@ -130,23 +144,28 @@ def _check_listable(top: Path) -> None:
         dirs[:] = [d for d in dirs if not d.startswith(".")]  # as glob's **
 
 
-def _walk(top: Path) -> list[Path]:
-    """Every non-directory entry under ``top``, sorted, following links to directories; an
-    unreadable directory or one reached twice (a link loop) raises instead of being skipped."""
-    files, seen = [], {}
-    for here, _, names in os.walk(top, onerror=_unlistable, followlinks=True):
+def _walk(top: Path) -> tuple[list[Path], list[str]]:
+    """Every non-directory entry under ``top``, sorted, following links to directories and
+    skipping hidden ones (names starting with "."; ``.ipynb_checkpoints`` holds copies), and
+    the hidden names skipped; an unreadable directory or one reached twice (a link loop)
+    raises instead of being skipped."""
+    files, seen, hidden = [], {}, []
+    for here, dirs, names in os.walk(top, onerror=_unlistable, followlinks=True):
         first = seen.setdefault(os.path.realpath(here), here)
         if first != here:
             raise ValueError(
                 f"{here}: the directory {first} again (a symbolic link loop, or two links to "
                 "one directory): its files would be read twice; remove the link"
             )
-        files += [Path(here, name) for name in names]
-    return sorted(files)
+        hidden += sorted(n for n in (*dirs, *names) if n.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files += [Path(here, name) for name in names if not name.startswith(".")]
+    return sorted(files), hidden
 
 
 def _parquet_groups(path: Path, field: str) -> tuple[tuple[int, int], ...]:
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as err:
         raise ImportError(
@@ -156,13 +175,19 @@ def _parquet_groups(path: Path, field: str) -> tuple[tuple[int, int], ...]:
         meta = pq.ParquetFile(path).metadata
     except Exception as err:  # pyarrow raises ArrowInvalid, OSError, ...
         raise ValueError(f"{path}: not a readable Parquet file ({err})") from err
-    names = meta.schema.to_arrow_schema().names
-    if field not in names:
+    schema = meta.schema.to_arrow_schema()
+    if field not in schema.names:
         raise ValueError(
-            f"{path}: no column {field!r} (columns: {names}); pass the text column as field"
+            f"{path}: no column {field!r} (columns: {schema.names}); pass the text column as field"
         )
-    kind = meta.schema.to_arrow_schema().field(field).type
-    if str(kind) not in ("string", "large_string", "string_view"):
+    if schema.names.count(field) > 1:
+        raise ValueError(
+            f"{path}: {schema.names.count(field)} columns are named {field!r}; which one holds "
+            "the text is ambiguous: rename the others"
+        )
+    kind = schema.field(field).type
+    text = kind.value_type if pa.types.is_dictionary(kind) else kind  # dictionary-encoded
+    if str(text) not in ("string", "large_string", "string_view"):
         raise ValueError(f"{path}: column {field!r} holds {kind}, expected strings (text)")
     groups = (meta.row_group(g) for g in range(meta.num_row_groups))
     return tuple(
@@ -420,12 +445,14 @@ def _text_documents(piece: TextSlice, lines: bool) -> Iterator[str]:
         return
     for position, line in _lines(piece):
         try:
-            text = line.decode("utf-8").rstrip("\r\n")
+            text = line.decode("utf-8")
         except UnicodeDecodeError as err:
             raise _decode_error(path, position, err) from None
+        if text.endswith("\n"):  # a line ends at \n or \r\n; a bare \r is text
+            text = text[:-2] if text.endswith("\r\n") else text[:-1]
         if position == 0:
             text = text.removeprefix(BOM)
-        if text.strip():
+        if not text.isspace() and text:  # blank: empty or whitespace only (str.isspace)
             yield text
 
 

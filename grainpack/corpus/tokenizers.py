@@ -317,6 +317,13 @@ class TiktokenTokenizer(Tokenizer):
                 ranks[base64.b64decode(token, validate=True)] = int(rank)
         if not ranks:
             raise ValueError("no ranks in the file")
+        missing = [b for b in range(256) if bytes([b]) not in ranks]
+        if missing:  # tiktoken panics on such a byte: every text must be encodable
+            raise ValueError(
+                f"{len(missing)} of the 256 single bytes have no rank (e.g. "
+                f"{bytes(missing[:3])!r}): a BPE ranks file ranks every byte, or text holding "
+                "one cannot be encoded"
+            )
         encoding = tiktoken.Encoding(
             name=f"grainpack-{self.sha256[:12]}",
             pat_str=TIKTOKEN_PATTERNS.get(self.pattern, self.pattern),
