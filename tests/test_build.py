@@ -150,6 +150,7 @@ def test_errors_write_nothing(tmp_path):
         ([good], {"eos": 65_536, "dtype": "uint16"}, r"\(65,537 ids with eos\) does not"),
         ([good], {"field": 3}, "no text in field=3"),
         ([good], {"eos": 3_000_000_000}, "eos id 3,000,000,000 is beyond the largest id"),
+        ([good], {"eos": "-1"}, "eos must be a non-negative id or a token string, got '-1'"),
     ]
     for inputs, options, message in cases:
         options = {"tokenizer": "bytes", "part_bytes": 1000, **options}

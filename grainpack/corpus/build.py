@@ -89,7 +89,11 @@ def _eos_id(eos: int | str | None, tokenizer: Tokenizer) -> int | None:
             raise ValueError(f"eos must be a non-negative id or a token string, got {eos=}")
         return eos
     if isinstance(eos, str):
-        return int(eos) if eos.isascii() and eos.isdigit() else tokenizer.token_id(eos)
+        if eos.isascii() and eos.isdigit():
+            return int(eos)
+        if eos.startswith("-") and eos[1:].isascii() and eos[1:].isdigit():
+            raise ValueError(f"eos must be a non-negative id or a token string, got {eos!r}")
+        return tokenizer.token_id(eos)
     raise TypeError(f"eos must be an int id, a token string or None, got {eos!r}")
 
 
