@@ -246,12 +246,21 @@ def test_jsonl_errors_name_the_file_and_byte(tmp_path):
         (b'{"text": "ok"}\n{"text": "a\xed\xa0\x80b"}\n', "not UTF-8 text at byte 26"),
         ('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}\n", "byte 0 cannot be read .maximum"),
         ('{"text": 1' + "0" * 5000 + "}\n", "byte 0 cannot be read .Exceeds the limit"),
+        ('{"text": "ok"}\n{"text": "doc", "text": ""}\n', "byte 15 names 'text' twice in one"),
     ]
     for content, message in cases:
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
         (file,) = find_inputs(path)
         with pytest.raises(ValueError, match=message):
             list(read_documents(TextSlice(file, 0, file.size)))
+
+
+def test_a_text_key_in_another_object_is_no_repeat(tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", ["one", "two"])
+    line = '{"text": "three", "meta": {"text": "a", "n": [{"text": 1}]}}\n'
+    with (tmp_path / "a.jsonl").open("a") as f:
+        f.write(line)
+    assert documents(find_inputs(tmp_path / "a.jsonl")) == ["one", "two", "three"]
 
 
 def test_jsonl_byte_order_marks_are_skipped(tmp_path):

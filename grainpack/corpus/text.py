@@ -391,8 +391,21 @@ def _decode_error(path: str, position: int, err: UnicodeDecodeError) -> ValueErr
     )
 
 
+def _repeats(line: bytes, field: str) -> bool:
+    """Whether an object of the JSON ``line`` has the key ``field`` twice."""
+    found = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        found.append(sum(key == field for key, _ in items) > 1)
+        return dict(items)
+
+    json.loads(line, object_pairs_hook=pairs)
+    return any(found)
+
+
 def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
     path = piece.file.path
+    quoted = json.dumps(field).encode()  # the key as JSON writes it
     for position, line in _lines(piece):
         if not line.strip():
             continue
@@ -412,6 +425,11 @@ def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
                 f"{path}: the JSON line at byte {position} cannot be read ({err}); fix or drop "
                 "that record"
             ) from None
+        if line.count(quoted) > 1 and _repeats(line, field):  # json.loads kept the last
+            raise ValueError(
+                f"{path}: the JSON line at byte {position} names {field!r} twice in one object "
+                "(JSON keeps the last value without a word); keep one"
+            )
         text = record.get(field) if isinstance(record, dict) else None
         if not isinstance(text, str):
             found = f"keys {sorted(record)}" if isinstance(record, dict) else type(record).__name__
