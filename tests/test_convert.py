@@ -78,6 +78,7 @@ def test_convert_jsonl_reads_field_skips_blank_lines_and_gzip(tmp_path):
         ('{"input_ids": [1]}\n{"input_ids": [2], "n": "\xff"}\n', r"bad\.jsonl:2: not UTF-8"),
         ("[1]\n" + "[" * 100_000 + "\n", r"bad\.jsonl:2: the JSON line cannot be read .maximum"),
         ("[1]\n[" + "9" * 5000 + "]\n", r"bad\.jsonl:2: the JSON line cannot be read .Exceeds"),
+        ('{"input_ids": [1, 2, 3], "input_ids": [7]}\n', r"bad\.jsonl:1: .*'input_ids' twice"),
     ],
 )
 def test_convert_jsonl_bad_line_names_file_and_line(tmp_path, text, match):

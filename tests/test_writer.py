@@ -38,6 +38,8 @@ def _docs(src) -> list[list[int]]:
         ([5, True, 7], {}, TypeError, "found True at position 1"),  # numpy made it 1
         ((5, np.False_), {}, TypeError, "found np.False_ at position 1"),
         ([1, 2**64], {}, ValueError, "token id 18446744073709551616 at position 1 does not fit"),
+        ([1, 2**64 - 1], {}, ValueError, "id 18446744073709551615 at position 1 does not fit"),
+        ([-1, 2**63], {}, ValueError, "token id -1 at position 0 is negative"),  # float64
     ],
 )
 def test_corpus_writer_rejects_bad_documents(tmp_path, doc, kwargs, error, match):

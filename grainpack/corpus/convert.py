@@ -20,6 +20,7 @@ import tqdm
 
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.text import repeated_key
 from grainpack.corpus.writer import CorpusWriter, copy_dtype, open_to_copy
 
 __all__ = ["convert_corpus", "convert_jsonl", "convert_npy"]
@@ -228,6 +229,11 @@ def convert_jsonl(
                         f"{path}:{lineno}: the JSON line cannot be read ({err}); fix or drop "
                         "that record"
                     ) from None
+                if repeated_key(line, field):
+                    raise ValueError(
+                        f"{path}:{lineno}: the JSON object names {field!r} twice (JSON keeps "
+                        "the last value without a word); keep one"
+                    )
                 ids = record.get(field) if isinstance(record, dict) else record
                 if not isinstance(ids, list):
                     found = sorted(record) if isinstance(record, dict) else type(record).__name__

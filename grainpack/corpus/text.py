@@ -33,7 +33,14 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import IO, Any
 
-__all__ = ["InputFile", "TextSlice", "find_inputs", "plan_parts", "read_documents"]
+__all__ = [
+    "InputFile",
+    "TextSlice",
+    "find_inputs",
+    "plan_parts",
+    "read_documents",
+    "repeated_key",
+]
 
 PathLike = str | os.PathLike[str]
 
@@ -391,12 +398,22 @@ def _decode_error(path: str, position: int, err: UnicodeDecodeError) -> ValueErr
     )
 
 
-def _repeats(line: bytes, field: str) -> bool:
-    """Whether an object of the JSON ``line`` has the key ``field`` twice."""
+def repeated_key(line: bytes, key: str) -> bool:
+    """Whether an object of the JSON ``line`` names ``key`` twice (``json.loads`` keeps the
+    last value without a word). Only a line holding the quoted key twice is parsed again.
+
+    Example:
+        >>> repeated_key(b'{"text": "a", "text": ""}', "text")
+        True
+        >>> repeated_key(b'{"text": "a", "meta": {"text": "b"}}', "text")
+        False
+    """
+    if line.count(json.dumps(key).encode()) < 2:
+        return False
     found = []
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        found.append(sum(key == field for key, _ in items) > 1)
+        found.append(sum(k == key for k, _ in items) > 1)
         return dict(items)
 
     json.loads(line, object_pairs_hook=pairs)
@@ -405,7 +422,6 @@ def _repeats(line: bytes, field: str) -> bool:
 
 def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
     path = piece.file.path
-    quoted = json.dumps(field).encode()  # the key as JSON writes it
     for position, line in _lines(piece):
         if not line.strip():
             continue
@@ -425,7 +441,7 @@ def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
                 f"{path}: the JSON line at byte {position} cannot be read ({err}); fix or drop "
                 "that record"
             ) from None
-        if line.count(quoted) > 1 and _repeats(line, field):  # json.loads kept the last
+        if repeated_key(line, field):
             raise ValueError(
                 f"{path}: the JSON line at byte {position} names {field!r} twice in one object "
                 "(JSON keeps the last value without a word); keep one"

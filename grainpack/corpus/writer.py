@@ -114,10 +114,16 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
         )
     if arr.size == 0:
         return arr
-    if arr.dtype == object and all(is_int(t) for t in arr):  # ints beyond 64 bits
-        pos = next(i for i, t in enumerate(arr) if not 0 <= t <= dmax)
+    given = arr if arr.dtype == object or isinstance(tokens, np.ndarray) else tokens
+    if arr.dtype.kind in "fO" and all(is_int(t) for t in given):  # ints no one dtype holds
+        pos = next(i for i, t in enumerate(given) if not 0 <= t <= dmax)
+        if given[pos] < 0:
+            raise ValueError(
+                f"document {index}: token id {given[pos]} at position {pos} is negative; "
+                "token ids must be >= 0 (check the tokenizer output)"
+            )
         raise ValueError(
-            f"document {index}: token id {arr[pos]} at position {pos} does not fit any token "
+            f"document {index}: token id {given[pos]} at position {pos} does not fit any token "
             f"dtype (max {dmax}); check the tokenizer output"
         )
     if arr.dtype.kind not in "iu":
