@@ -89,14 +89,21 @@ def _comparing_float(acc: Any) -> float:
     then the cut (no smaller ``z`` rounds to the same ``u``, or it would fail too)."""
     if not acc < 2.0:  # NaN or out of range: refused later, with the probabilities named
         return float(acc)
+    cut = _cut(acc)
+    return cut / 2**64 if cut < 1 << 64 else 2.0  # 2.0: above every u (u <= 1.0)
+
+
+def _cut(c: Any) -> int:
+    """The smallest ``z`` in ``[0, 2**64]`` with ``not (z / 2**64 < c)`` (``2**64``: none).
+    ``z / 2**64`` is Python's correctly rounded int/int division, monotone in ``z``."""
     lo, hi = 0, 1 << 64
     while lo < hi:
         mid = (lo + hi) // 2
-        if mid / 2**64 < acc:
+        if mid / 2**64 < c:
             lo = mid + 1
         else:
             hi = mid
-    return lo / 2**64 if lo < 1 << 64 else 2.0  # 2.0: above every u (u <= 1.0)
+    return lo
 
 
 def choose_source(seed: int, slot: int, cumulative: Sequence[float]) -> int:
@@ -117,19 +124,7 @@ def choose_source(seed: int, slot: int, cumulative: Sequence[float]) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _thresholds(cumulative: tuple[float, ...]) -> tuple[int, ...]:
-    out = []
-    for c in cumulative:
-        # Smallest z in [0, 2**64] with not (z / 2**64 < c); z = 2**64 stands for "never".
-        # z / 2**64 is Python's correctly rounded int/int division, monotone in z.
-        lo, hi = 0, 1 << 64
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if mid / 2**64 < c:
-                lo = mid + 1
-            else:
-                hi = mid
-        out.append(lo)
-    return tuple(out)
+    return tuple(_cut(c) for c in cumulative)  # 2**64 stands for "never"
 
 
 def source_thresholds(cumulative: Sequence[float]) -> tuple[int, ...]:
