@@ -313,7 +313,7 @@ def test_a_second_shuffle_build_of_one_output_is_refused_and_harms_nothing(tmp_p
 
     (tmp_path / "a.jsonl").write_text('{"text": "hello"}\n')
     argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--shuffle", "1", "-o"]
-    lock = write_lock(tmp_path / "o.shuffle")  # as a running --shuffle build of o holds it
+    lock = write_lock(tmp_path / ".o.unshuffled.key")  # as a running --shuffle build holds it
     try:
         assert main([*argv, str(tmp_path / "o")]) == 1
     finally:

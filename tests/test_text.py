@@ -188,10 +188,21 @@ def test_a_glob_matching_folders_reads_their_files_and_folders_skip_hidden_ones(
     with pytest.warns(UserWarning, match=r"2 hidden file\(s\) and folder\(s\) .* \(\.ipynb_che"):
         assert documents(find_inputs(data)) == want  # .ipynb_checkpoints held a copy
     for pattern in ("data/*", "data/**", "data/2*", "*"):  # data/* read only top.jsonl
-        with pytest.warns(UserWarning, match=r"hidden file\(s\) and folder\(s\)"):
+        with pytest.warns(UserWarning, match=r"hidden file\(s\) and folder\(s\)") as caught:
             got = documents(find_inputs(f"{tmp_path}/{pattern}"))
         assert got == (want[:2] if pattern == "data/2*" else want), pattern
+        assert len(caught) == 1, pattern  # each folder walked once (data/** matches nested ones)
     assert documents(find_inputs(data / "2024" / ".hidden.jsonl")) == ["hidden"]  # named
+    (data / "empty").mkdir()  # a matched folder without text adds nothing, as in the shell
+    (data / "imgs").mkdir()
+    (data / "imgs" / "x.png").write_bytes(b"png")
+    with pytest.warns(UserWarning) as caught:
+        assert documents(find_inputs(f"{data}/*")) == want
+    assert len([w for w in caught if "x.png" in str(w.message)]) == 1
+    with pytest.raises(FileNotFoundError, match="matches no file of a known format"):
+        find_inputs(f"{data}/e*")
+    with pytest.raises(ValueError, match="the directory holds no"):
+        find_inputs(data / "empty")  # named as an input: an error
 
 
 def test_links_loops_repeats_and_unlistable_directories_are_never_skipped(tmp_path, monkeypatch):
@@ -253,6 +264,15 @@ def test_jsonl_errors_name_the_file_and_byte(tmp_path):
         (file,) = find_inputs(path)
         with pytest.raises(ValueError, match=message):
             list(read_documents(TextSlice(file, 0, file.size)))
+
+
+def test_a_repeated_non_ascii_key_is_found_in_either_spelling(tmp_path):
+    escaped = json.dumps("текст")  # "\\u0442\\u0435...", as JSON writers spell it
+    for line in ('{"текст": "a", "текст": "b"}\n', f'{{"текст": "a", {escaped}: "b"}}\n'):
+        (tmp_path / "a.jsonl").write_text(line)
+        (file,) = find_inputs(tmp_path / "a.jsonl")
+        with pytest.raises(ValueError, match="names 'текст' twice"):
+            list(read_documents(TextSlice(file, 0, file.size), field="текст"))
 
 
 def test_a_text_key_in_another_object_is_no_repeat(tmp_path):

@@ -40,6 +40,7 @@ def _docs(src) -> list[list[int]]:
         ([1, 2**64], {}, ValueError, "token id 18446744073709551616 at position 1 does not fit"),
         ([1, 2**64 - 1], {}, ValueError, "id 18446744073709551615 at position 1 does not fit"),
         ([-1, 2**63], {}, ValueError, "token id -1 at position 0 is negative"),  # float64
+        (np.array([1, -2], dtype=object), {}, ValueError, "token id -2 at position 1"),
     ],
 )
 def test_corpus_writer_rejects_bad_documents(tmp_path, doc, kwargs, error, match):
@@ -157,6 +158,11 @@ def test_a_full_disk_raises_a_corpus_error_and_leaves_nothing_behind(tmp_path, l
     lines = subprocess.run(script, capture_output=True, text=True, check=True).stdout.splitlines()
     assert re.match(rf"CorpusError {error}", lines[0]), lines
     assert lines[1:] == ["['c']", "1"]  # no lock, no staging folder; then a write of one document
+
+
+def test_an_object_array_of_ids_is_ids(tmp_path):
+    src = write_corpus(tmp_path / "c", [np.array([1, 2], dtype=object), [3]])
+    assert _docs(src) == [[1, 2], [3]]  # it raised StopIteration
 
 
 def test_corpus_writer_accepts_numpy_integer_options(tmp_path):

@@ -434,9 +434,9 @@ def _build(args: argparse.Namespace) -> None:
 
     check_target(output, overwrite=args.overwrite)  # before tokenizing
     try:  # held by the whole command: one --shuffle build of OUT uses its staged corpus
-        lock = write_lock(output.with_name(f"{output.name}.shuffle"))
+        lock = write_lock(_key_file(output.with_name(f".{output.name}.unshuffled")))
     except CorpusExistsError as err:
-        holder = re.search(r"\(process .*\)", str(err))  # (process N holds DIR/.OUT.shuffle.lock)
+        holder = re.search(r"\(process .*\)", str(err))  # (process N holds the lock)
         raise CorpusExistsError(
             f"another `grainpack build --shuffle` of {output} is in progress "
             f"{holder.group() if holder else ''}; wait for it to finish"

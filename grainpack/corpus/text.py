@@ -107,10 +107,14 @@ def _expand(item: str) -> list[Path]:
         if not found:
             raise FileNotFoundError(f"{item}: the pattern matches no file")
         files = [p for p in found if not p.is_dir()]  # a broken link is refused by its read
-        folders = [p for p in found if p.is_dir()]
-        if folders:  # a folder matched stands for its files, as in the shell's expansion
-            inside = (f for folder in folders for f in _folder_files(folder, stacklevel=6))
-            files = sorted({*files, *inside})  # `data/**` matches a folder and its files
+        folders = {p for p in found if p.is_dir()}
+        # A folder matched stands for its files, as in the shell's expansion (one without
+        # any adds none); `data/**` matches folders inside folders: each is walked once.
+        tops = [f for f in sorted(folders) if not folders.intersection(f.parents)]
+        inside = (f for top in tops for f in _folder_files(top, stacklevel=6, required=False))
+        files = sorted({*files, *inside})
+        if not files:
+            raise FileNotFoundError(f"{item}: the pattern matches no file of a known format")
         return files
     path = Path(item)
     if path.is_dir():
@@ -120,12 +124,13 @@ def _expand(item: str) -> list[Path]:
     return [path]
 
 
-def _folder_files(path: Path, *, stacklevel: int) -> list[Path]:
+def _folder_files(path: Path, *, stacklevel: int, required: bool = True) -> list[Path]:
     """The files of a known format under the folder ``path`` (recursively, sorted, hidden
-    entries skipped as globs skip them), warning of the other ones."""
+    entries skipped as globs skip them), warning of the other ones; none is an error if
+    ``required`` (a folder named as an input)."""
     files, hidden = _walk(path)
     found = [p for p in files if _format_of(p)]
-    if not found:
+    if not found and required:
         raise ValueError(f"{path}: the directory holds no {'/'.join(FORMATS)} files")
     for what, names in (
         ("file(s) of other formats", [p.name for p in files if not _format_of(p)]),
@@ -400,7 +405,9 @@ def _decode_error(path: str, position: int, err: UnicodeDecodeError) -> ValueErr
 
 def repeated_key(line: bytes, key: str) -> bool:
     """Whether an object of the JSON ``line`` names ``key`` twice (``json.loads`` keeps the
-    last value without a word). Only a line holding the quoted key twice is parsed again.
+    last value without a word). Only a line holding the quoted key twice (as raw UTF-8 or
+    ASCII-escaped, as JSON writers spell it) is parsed again; other ``\\u`` spellings of a
+    key are not looked for.
 
     Example:
         >>> repeated_key(b'{"text": "a", "text": ""}', "text")
@@ -408,7 +415,8 @@ def repeated_key(line: bytes, key: str) -> bool:
         >>> repeated_key(b'{"text": "a", "meta": {"text": "b"}}', "text")
         False
     """
-    if line.count(json.dumps(key).encode()) < 2:
+    spellings = {json.dumps(key).encode(), json.dumps(key, ensure_ascii=False).encode()}
+    if sum(line.count(spelling) for spelling in spellings) < 2:
         return False
     found = []
 

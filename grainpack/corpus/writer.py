@@ -115,8 +115,10 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
     if arr.size == 0:
         return arr
     given = arr if arr.dtype == object or isinstance(tokens, np.ndarray) else tokens
-    if arr.dtype.kind in "fO" and all(is_int(t) for t in given):  # ints no one dtype holds
-        pos = next(i for i, t in enumerate(given) if not 0 <= t <= dmax)
+    if arr.dtype.kind in "fO" and all(is_int(t) for t in given):  # ints no one dtype holds?
+        pos = next((i for i, t in enumerate(given) if not 0 <= t <= dmax), None)
+        if pos is None:  # an object array of ints that fit
+            return _check_document(np.array(given, dtype=np.int64), index, dmax, vocab_size)
         if given[pos] < 0:
             raise ValueError(
                 f"document {index}: token id {given[pos]} at position {pos} is negative; "
