@@ -433,8 +433,9 @@ def _build(args: argparse.Namespace) -> None:
     from grainpack.corpus.writer import shuffle_corpus
 
     check_target(output, overwrite=args.overwrite)  # before tokenizing
+    staged = output.with_name(f".{output.name}.unshuffled")
     try:  # held by the whole command: one --shuffle build of OUT uses its staged corpus
-        lock = write_lock(_key_file(output.with_name(f".{output.name}.unshuffled")))
+        lock = write_lock(_key_file(staged))
     except CorpusExistsError as err:
         holder = re.search(r"\(process .*\)", str(err))  # (process N holds the lock)
         raise CorpusExistsError(
@@ -442,7 +443,6 @@ def _build(args: argparse.Namespace) -> None:
             f"{holder.group() if holder else ''}; wait for it to finish"
         ) from None
     try:  # build into a staging corpus, then copy it shuffled
-        staged = output.with_name(f".{output.name}.unshuffled")
         args.output = str(staged)
         _build_input(args)
         try:

@@ -34,7 +34,7 @@ def open_megatron(prefix: Path, *, eos_id: int | None = None) -> TokenShardSourc
     try:
         idx_stat, raw = read_whole(idx, "give the prefix of a Megatron .bin/.idx pair")
         bin_stat = os.stat(bin_)
-    except (FileNotFoundError, IsADirectoryError) as err:
+    except FileNotFoundError as err:
         name = Path(err.filename).name
         raise CorpusError(f"Megatron prefix {prefix}: {name} is missing (or not a file)") from err
     except OSError as err:

@@ -262,7 +262,7 @@ class Transaction:
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as err:
-            raise self._failed(err, name) from err
+            raise self.failed(err, name) from err
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         """Writes ``manifest.json`` into the staging folder, durably (errors as
@@ -272,9 +272,11 @@ class Transaction:
         try:
             _fsync_dir(self.staging)
         except OSError as err:
-            raise self._failed(err, MANIFEST_NAME) from err
+            raise self.failed(err, MANIFEST_NAME) from err
 
-    def _failed(self, err: OSError, name: str) -> CorpusError:
+    def failed(self, err: OSError, name: str = "") -> CorpusError:
+        """The :class:`CorpusError` for ``err`` met writing ``name`` in the staging folder
+        (the folder itself if no name)."""
         return os_error(err, f"writing {self.path} (nothing was published) in", self.staging / name)
 
     def publish(self) -> None:
@@ -284,9 +286,7 @@ class Transaction:
         except BaseException as err:
             self.abort()
             if isinstance(err, OSError) and not isinstance(err, CorpusError):
-                raise os_error(
-                    err, f"writing {self.path} (nothing was published) in", self.staging
-                ) from err
+                raise self.failed(err) from err
             raise
         self._cleanup.detach()
         self._lock.release()

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.corpus.errors import CorpusError, os_error
+from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import (
     DTYPES,
@@ -94,6 +94,13 @@ def _check_options(
     return np.dtype(name).newbyteorder("<")
 
 
+def _negative(index: int, value: Any, pos: int) -> ValueError:
+    return ValueError(
+        f"document {index}: token id {value} at position {pos} is negative; token ids must be "
+        ">= 0 (check the tokenizer output)"
+    )
+
+
 def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) -> np.ndarray:
     """``tokens`` as a 1-D integer array whose ids are all in ``[0, dmax]`` and below
     ``vocab_size``, or raises naming the document, the id and the fix."""
@@ -120,10 +127,7 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
         if pos is None:  # an object array of ints that fit
             return _check_document(np.array(given, dtype=np.int64), index, dmax, vocab_size)
         if given[pos] < 0:
-            raise ValueError(
-                f"document {index}: token id {given[pos]} at position {pos} is negative; "
-                "token ids must be >= 0 (check the tokenizer output)"
-            )
+            raise _negative(index, given[pos], pos)
         raise ValueError(
             f"document {index}: token id {given[pos]} at position {pos} does not fit any token "
             f"dtype (max {dmax}); check the tokenizer output"
@@ -141,10 +145,7 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
         )
     if arr.dtype.kind == "i" and int(arr.min()) < 0:
         pos = int(np.argmax(arr < 0))
-        raise ValueError(
-            f"document {index}: token id {arr[pos]} at position {pos} is negative; "
-            "token ids must be >= 0 (check the tokenizer output)"
-        )
+        raise _negative(index, arr[pos], pos)
     largest = (1 << (8 * arr.dtype.itemsize - (arr.dtype.kind == "i"))) - 1  # of arr's dtype
     if vocab_size is None and largest <= dmax:
         return arr  # every id fits: no scan
@@ -399,9 +400,7 @@ class CorpusWriter:
                 )
             current.add(arr)
         except OSError as err:
-            raise os_error(
-                err, f"writing {self.path} (nothing was published) in", self._staging
-            ) from err
+            raise self._transaction.failed(err) from err
         self._num_documents += 1
         self._num_tokens += arr.size
         return index
@@ -416,9 +415,7 @@ class CorpusWriter:
         except BaseException as err:
             self._discard()
             if isinstance(err, OSError) and not isinstance(err, CorpusError):
-                raise os_error(
-                    err, f"writing {self.path} (nothing was published) in", self._staging
-                ) from err
+                raise self._transaction.failed(err) from err
             raise
         self._transaction.publish()
 
