@@ -135,6 +135,8 @@ def test_mappings_changed_in_place_after_validation_are_refused_by_every_pipelin
     for use in (
         lambda: gp.make_dataset(config, process_index=0, process_count=1),
         lambda: gp.mixture_accounting(config, 3),
+        lambda: gp.target_shares(config, 0, 3),
+        lambda: config.probabilities_at(0),  # answered with the old weights before
     ):
         with pytest.raises(ValueError, match="changed in place after it was built"):
             use()

@@ -360,7 +360,7 @@ def nothing(order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
         (duplicates, "selected order repeats document ids"),
         (floats, "selected order must hold integer ids, got dtype float64"),
         (matrix, "selected order must be 1-D, got shape (1, 5)"),
-        (nothing, "sequence_selector kept no tokens in epoch 0"),
+        (nothing, "sequence_selector kept no tokens in epoch 0 of source 'a'"),
     ],
 )
 def test_selector_returning_bad_ids_fails_through_make_dataset(tmp_path, selector, message):
@@ -1223,6 +1223,31 @@ def test_restore_names_a_forged_process_layout(corpus):
         next(two)
     with pytest.raises(ValueError, match="is that of process 1 of 2"):
         fresh(config).set_state(two.get_state() | {"process_index": 0})
+
+
+def test_restore_names_a_forged_process_layout_in_the_compact_layout_too(corpus):
+    config = pipeline(corpus, block=8, global_batch_size=4, layout="compact")
+    state = state_after(config, 3)
+    message = "digest of batch 2 is that of process 0 of 1, not of the process_index/process_count"
+    with pytest.raises(ValueError, match=message):  # was a KeyError: no "inputs" in the batch
+        fresh(config).set_state(state | {"process_count": 2})
+    with pytest.raises(ValueError, match="batch 2 recomputed from the corpus differs"):
+        fresh(config).set_state(state | {"digest": state["digest"] ^ 1})
+
+
+def test_restore_refuses_counts_no_run_reaches(tmp_path):
+    paths = {n: str(small_corpus(tmp_path / n)) for n in ("en", "fr")}
+    order = gp.BlockedOrder(block_docs=4, window_blocks=2)  # its states carry the counts
+    config = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, order=order)
+    state = state_after(config, 3)
+    assert state["counts"] == [6, 6]
+    for edit, message in [
+        ({"counts": [2**70, 0]}, r"counts \[1180591620717411303424, 0\] pass 2\*\*62 slots"),
+        # 2**62 - 4 slots of which source 1 chose none, though the hash chose it just before
+        ({"step": 2**60 - 1, "counts": [2**62 - 4, 0]}, "disagree with the slot hash"),
+    ]:
+        with pytest.raises(ValueError, match=message):  # were OverflowError and a numpy error
+            fresh(config).set_state(state | edit)
 
 
 def test_the_same_documents_in_other_shards_are_the_same_corpus(tmp_path, corpus):

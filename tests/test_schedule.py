@@ -101,6 +101,11 @@ def test_stages_with_unchanged_weights_merge_into_fixed_weights():
         ([(0, (1.0,), 3)], ValueError, "without a ramp"),
         ([(0, (1.0, 0.0)), (0, (0.0, 1.0))], ValueError, "stage starts must increase"),
         ([(0, (1.0, 0.0)), (7, (0.5, 0.5)), (3, (0.0, 1.0))], ValueError, "must increase"),
+        (  # out of order, not a ramp past the next stage
+            [(0, (1.0, 0.0)), (7, (0.5, 0.5), 8), (3, (0.0, 1.0))],
+            ValueError,
+            r"stage 2 \(start 3\): stage starts must increase",
+        ),
         ([(0, (1.0, 0.0)), (7, (1.0,))], ValueError, "stage 1 .*1 weights, but stage 0 has 2"),
         (
             [(0, (1.0, 0.0)), (7, (0.5, 0.5), 10), (12, (0.0, 1.0))],

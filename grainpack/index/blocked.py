@@ -363,10 +363,7 @@ class BlockedRows(EpochRows):
             tokens, docs = self._kept(e)
             total = int(tokens.sum()) - (1 if self.boundary and docs.any() else 0)
             if total <= 0:
-                raise ValueError(
-                    f"sequence_selector kept no tokens in epoch {e} (seed={self.seed}); a "
-                    "selector must keep at least one non-empty document per epoch"
-                )
+                raise self._kept_nothing(e, self.seed)
             self._totals.append(total)
         return self._totals[epoch]
 

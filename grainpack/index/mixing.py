@@ -472,12 +472,16 @@ class SlotMixer:
         block = slot // BLOCK_SLOTS
         with self._lock:
             at_block = known - self._count_range(block * BLOCK_SLOTS, slot)
-            if self._base <= block < self._base + self._prefix.shape[0]:
-                if not np.array_equal(self._prefix[block - self._base], at_block):
-                    raise ValueError(
-                        f"counts {known.tolist()} at slot {slot} disagree with the slot hash; "
-                        "the state is corrupt or from another mixture"
-                    )
+            cached = self._base <= block < self._base + self._prefix.shape[0]
+            # negative: fewer occurrences than the hash chose since the block's start
+            if (at_block < 0).any() or (
+                cached and not np.array_equal(self._prefix[block - self._base], at_block)
+            ):
+                raise ValueError(
+                    f"counts {known.tolist()} at slot {slot} disagree with the slot hash; "
+                    "the state is corrupt or from another mixture"
+                )
+            if cached:
                 return
             self._base, self._prefix = block, at_block[None, :]
             self._memo = (slot, known)

@@ -202,7 +202,11 @@ class MixtureSchedule:
                     )
             following = stages[k + 1] if k + 1 < len(stages) else None
             end = _start_of(following) if following is not None else None
-            if stage.ramp and isinstance(end, numbers.Integral) and stage.start + stage.ramp > end:
+            if (  # a next stage at or before this one is refused as out of order, next
+                stage.ramp
+                and isinstance(end, numbers.Integral)
+                and stage.start < end < stage.start + stage.ramp
+            ):
                 raise ValueError(
                     f"{where}: its ramp of {stage.ramp} steps runs past the next stage's start "
                     f"(step {end}); shorten the ramp or move the next stage"

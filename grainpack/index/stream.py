@@ -154,6 +154,14 @@ class EpochRows:
     block: int
     unselected_tokens: int  # documents unit: the stream of an epoch that keeps every document
     replay_limit: int | None = None  # most documents (or blocks) one locate may plan
+    name: str | None = None  # the source's, for messages
+
+    def _kept_nothing(self, epoch: int, seed: int) -> ValueError:
+        source = "" if self.name is None else f" of source {self.name!r}"
+        return ValueError(
+            f"sequence_selector kept no tokens in epoch {epoch}{source} (seed={seed}); a "
+            "selector must keep at least one non-empty document per epoch"
+        )
 
     def rows_in_epoch(self, epoch: int) -> int:
         raise NotImplementedError
@@ -292,10 +300,7 @@ class SourceRows(EpochRows):
             plan = self.epoch_plan(e)
             rows = plan.num_rows(self.block)
             if rows == 0:
-                raise ValueError(
-                    f"sequence_selector kept no tokens in epoch {e} (seed={self.seed}); a "
-                    "selector must keep at least one non-empty document per epoch"
-                )
+                raise self._kept_nothing(e, self.seed)
             self._epoch_rows.append(rows)
             self._epoch_totals.append(plan.total)
         return self._epoch_rows[epoch]

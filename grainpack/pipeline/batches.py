@@ -235,6 +235,7 @@ class PipelineBatches:
                     source, order=order, selector=selector, block_tokens=totals, **options
                 )
             rows.replay_limit = MAX_REPLAY_DOCUMENTS  # what one plan may replay
+            rows.name = name
             self._rows[j] = rows
         return rows
 

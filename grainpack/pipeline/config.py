@@ -307,7 +307,9 @@ class PipelineConfig:
     def schedule(self) -> WeightSchedule:
         """The mixture weights by global step: a
         :class:`~grainpack.index.schedule.MixtureSchedule` (one stage for fixed weights), or
-        the online schedule given as ``weights``."""
+        the online schedule given as ``weights``. Refused if the weights were changed in place
+        (:meth:`check_unchanged`): the schedule is the one built from the checked weights."""
+        self.check_unchanged()
         return self._schedule  # type: ignore[attr-defined]
 
     @property

@@ -26,7 +26,7 @@ from absl import flags
 
 from grainpack.corpus.transaction import exit_with_parent
 from grainpack.index.checks import check_int, is_int
-from grainpack.pipeline.batches import FORMAT_VERSION, PipelineBatches
+from grainpack.pipeline.batches import FORMAT_VERSION, MAX_SLOT, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
 from grainpack.pipeline.expand import expand_compact
@@ -354,6 +354,12 @@ class PipelineIterator(grain.DatasetIterator):
                 f"global_batch_size={size}, so no process of this config saved it (the state "
                 "was edited); restore each process from the state it saved"
             )
+        if any(c > MAX_SLOT for c in counts):  # before any int64 math on them
+            raise ValueError(
+                f"corrupt grainpack iterator state: counts {counts} pass 2**62 slots, which no "
+                "run reaches (the state was edited or damaged); restore the state the "
+                "checkpoint saved"
+            )
         undo = []  # a refused state leaves the iterator as it was
         if self._batches.adapts_online:  # decided rounds may have been rolled back
             undo.append(self._batches.forget_plans())
@@ -390,6 +396,8 @@ class PipelineIterator(grain.DatasetIterator):
         # On failure only: is it another process's batch (of the state's process count, of
         # this run's, or the whole)? Process q of P holds the rows q::P of the global batch.
         whole = self._batches.batch(step - 1, 0, 1)
+        if "tokens" in whole:  # compact: rows of the full layout (expansion is per row)
+            whole = expand_compact(whole)
         for other in sorted({count, self._batches.process_count, 1}):
             for q in range(other):
                 rows = {k: whole[k][q::other] for k in DIGEST_KEYS}
