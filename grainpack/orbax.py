@@ -136,7 +136,10 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
             described = _described(item)
             if saved is None or described is None:
                 raise
-            changes = describe_changes(saved, described.describe())
+            try:
+                changes = describe_changes(saved, described.describe())
+            except (TypeError, AttributeError):  # a damaged description: the mismatch alone
+                raise err from None
             raise ConfigMismatchError(f"{err} What changed: {changes}.") from None
         if hasattr(item, "start_prefetch"):
             item.start_prefetch()

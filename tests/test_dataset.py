@@ -658,6 +658,10 @@ def test_schedule_elastic_restore_across_stage_boundaries(larger_sources, order,
         ({"weights": {"a": 0.5, "b": 0.5}}, "weights: [0.25, 0.75] -> [0.5, 0.5]"),
         ({"block": 16}, "block: 8 -> 16"),
         ({"seed": 10}, "seed: 9 -> 10"),
+        (
+            {"order": gp.BlockedOrder(block_docs=4, window_blocks=2)},
+            "order: exact -> {'kind': 'blocked', 'block_docs': 4, 'window_blocks': 2}",
+        ),
         ({"order": "reversed"}, "the order of the sources: ['a', 'b'] -> ['b', 'a']"),
         ({"corpus": "b"}, "the corpus of source 'b' changed (its content)"),
         ({"drop": "b"}, "source 'b' was removed"),
@@ -680,7 +684,7 @@ def test_a_refused_restore_names_what_changed(tmp_path, change, message):
     (tmp_path / "data").mkdir()
     DataCheckpointHandler().save(epath.Path(tmp_path / "data"), args=gp.CheckpointSave(it))
     now = dict(saved)
-    if "order" in change:
+    if change.get("order") == "reversed":
         now["sources"] = dict(reversed(list(base["sources"].items())))
         now["weights"] = dict(reversed(list(saved["weights"].items())))
     elif "corpus" in change:
@@ -697,6 +701,12 @@ def test_a_refused_restore_names_what_changed(tmp_path, change, message):
     assert "What changed: " in str(refused.value) and message in str(refused.value)
     if change == {"block": 16}:
         assert str(refused.value).endswith("What changed: block: 8 -> 16.")  # only that
+    (tmp_path / "data" / "pipeline_0-of-1.json").write_text('{"sources": 3}')  # damaged
+    with pytest.raises(ValueError, match="another pipeline config or corpus") as refused:
+        DataCheckpointHandler().restore(  # the mismatch alone (was a TypeError)
+            epath.Path(tmp_path / "data"), args=gp.CheckpointRestore(restored)
+        )
+    assert "What changed" not in str(refused.value)
     state = it.get_state()
     assert all(type(v) is int for v in state.values())  # the state itself stays ints
 

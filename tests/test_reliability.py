@@ -522,6 +522,8 @@ def test_restore_refuses_a_zeroed_digest(corpus):
         ValueError, match=r"digest is 0, .* but its step is 7: the state was edited"
     ):
         fresh(config).set_state(state | {"digest": 0, "step": 7})
+    with pytest.raises(ValueError, match=r"step 0 with digest .* the state was edited"):
+        fresh(config).set_state(state | {"step": 0})  # would restart the data silently
 
 
 def test_restore_accepts_toggling_provenance(corpus):

@@ -370,6 +370,12 @@ class PipelineIterator(grain.DatasetIterator):
                 except ValueError as err:
                     raise ValueError(f"corrupt grainpack iterator state: {err}") from None
             self._batches.check_step(step)  # a step beyond any run is refused before any work
+            if step == 0 and state["digest"]:  # get_state gives 0 before the first batch
+                raise ValueError(
+                    f"corrupt grainpack iterator state: step 0 with digest {state['digest']}, "
+                    "which only a state after a batch has: the state was edited or damaged; "
+                    "restore the state the checkpoint saved"
+                )
             if step and same:
                 self._verify(state)
         except BaseException:
@@ -406,8 +412,9 @@ class PipelineIterator(grain.DatasetIterator):
         raise _verification_failed(step, None)
 
 
-# Parts of the fingerprint that a user sets under another name
+# Parts of the fingerprint that a user sets under another name, or leaves out at a default
 _FIELD_NAMES = {"probabilities": "weights", "schedule": "weights (a schedule)"}
+_DEFAULTS = {"order": "exact"}
 
 
 def describe_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
@@ -437,6 +444,7 @@ def describe_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> st
                 "seeded seed + j and takes slots by the cumulative weights)"
             )
         elif key != "sources":
+            old, new = (_DEFAULTS.get(key) if v is None else v for v in (old, new))
             words.append(f"{_FIELD_NAMES.get(key, key)}: {old} -> {new}")
     return "; ".join(words) or "nothing that is described"
 
