@@ -101,10 +101,23 @@ class _NoRepr:
         return order
 
 
+def _first(n):
+    def select(order, seed, epoch):
+        return order[:n]
+
+    return select
+
+
 @pytest.mark.parametrize(
     "selector",
-    [_NoRepr(), functools.partial(keep_all), gp.PerSource({"en": _NoRepr()})],
-    ids=["object", "partial", "nested"],
+    [
+        _NoRepr(),
+        functools.partial(keep_all),
+        gp.PerSource({"en": _NoRepr()}),
+        _first(_NoRepr()),
+        _NoRepr().__call__,
+    ],
+    ids=["object", "partial", "nested", "closure", "method"],
 )
 def test_a_selector_whose_repr_holds_an_address_is_refused(selector):
     # the address differs in every process: the fingerprint would refuse every restore
@@ -115,6 +128,22 @@ def test_a_selector_whose_repr_holds_an_address_is_refused(selector):
         sources=PATHS, block=8, global_batch_size=4, sequence_selector=lengths
     )
     assert " at 0x" not in config.description()["sequence_selector"]
+
+
+def test_selectors_of_other_parameters_or_code_have_other_fingerprints():
+    def described(selector):
+        config = gp.PipelineConfig(
+            sources=PATHS, block=8, global_batch_size=4, sequence_selector=selector
+        )
+        return config.description()["sequence_selector"]
+
+    # a closure's values, a lambda's code: they were described by their names alone
+    assert described(_first(3)) == f"'{__name__}._first.<locals>.select(closure=(3,))'"
+    assert described(_first(3)) != described(_first(4))
+    a, b = (lambda o, s, e: o[:5]), (lambda o, s, e: o[:6])
+    assert described(a) != described(b)
+    assert described(a) == described(lambda o, s, e: o[:5])  # the same code
+    assert described(keep_all) == f"'{keep_all.__module__}.keep_all'"  # saved ones hold
 
 
 def test_an_unknown_field_names_the_fields_and_the_likely_one():

@@ -607,7 +607,8 @@ class TokenShardSource:
             grainpack.corpus.errors.CorpusError: ...tokens-00000.bin: changed since ... (size 10 -> 2 bytes)...
         """  # noqa: E501
         with self._recent_lock:  # no other thread drops the map in between
-            self._shard(shard)
+            if self._mmaps[shard] is None:  # else mapped and checked by shard_view just now
+                self._shard(shard)
             mapped, identity = self._mmaps[shard], self._mapped[shard]
         end, path = self._ends[shard], self._shards[shard].tokens_path
 

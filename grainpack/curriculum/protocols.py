@@ -17,6 +17,8 @@ inside is found by :func:`adapts_online`.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -157,13 +159,45 @@ def bind_selector(
 
 def describe_selector(selector: object) -> str:
     """Stable text for a selector: ``module.name`` for functions (``<lambda>`` and
-    ``<locals>`` in the name of a lambda or a local function), else its ``repr``.
+    ``<locals>`` in the name of a lambda or a local function), then what else decides what
+    they return: a lambda's code (a digest: lambdas have no name of their own), the values
+    of a closure, of default arguments and of a bound method's object; else its ``repr``.
 
     Example:
+      >>> def keep_first(n):
+      ...     return lambda order, seed, epoch: order[:n]
       >>> describe_selector(describe_selector)
       'grainpack.curriculum.protocols.describe_selector'
+      >>> describe_selector(keep_first(8))  # doctest: +ELLIPSIS
+      '....keep_first.<locals>.<lambda>[code ...](closure=(8,))'
     """
     name = getattr(selector, "__qualname__", None)
     if name is None:
         return repr(selector)
-    return f"{selector.__module__}.{name}"
+    text = f"{selector.__module__}.{name}"
+    code = getattr(selector, "__code__", None)
+    if code is not None and "<lambda>" in name:
+        text += f"[code {_code_digest(code)}]"
+    closure = tuple(_cell(c) for c in getattr(selector, "__closure__", None) or ())
+    values = {
+        "closure": closure,
+        "defaults": getattr(selector, "__defaults__", None),
+        "kwdefaults": getattr(selector, "__kwdefaults__", None),
+        "self": getattr(selector, "__self__", None) if inspect.ismethod(selector) else None,
+    }
+    shown = [f"{key}={value!r}" for key, value in values.items() if value]
+    return text + (f"({', '.join(shown)})" if shown else "")
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # a cell not yet filled
+        return None
+
+
+def _code_digest(code: Any) -> str:
+    """A digest of what a code object computes (not where it stands in its file)."""
+    consts = [_code_digest(c) if inspect.iscode(c) else repr(c) for c in code.co_consts]
+    text = repr((code.co_code, consts, code.co_names, code.co_varnames))
+    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()

@@ -177,7 +177,8 @@ class PipelineConfig:
                 "address, which differs in every process: the config fingerprint would change "
                 "and no checkpoint would restore. Give the selector's class a __repr__ naming "
                 "its parameters (a dataclass has one), or pass a module-level function (a "
-                "functools.partial names its function's address: use a dataclass instead)"
+                "functools.partial names its function's address: use a dataclass instead; a "
+                "closure's or a bound method's values are part of the text too)"
             )
         if isinstance(selector, PerSource):  # its keys are source names
             selector.check_sources(list(self.sources))
