@@ -89,3 +89,17 @@ def test_a_part_locked_by_another_writer_comes_back_as_its_own_error(tmp_path):
         lock.release()
     assert row["type"] == "CorpusExistsError"
     assert distributed._ERRORS[row["type"]] is CorpusExistsError
+
+
+def test_an_address_where_no_cluster_listens_fails_in_seconds_writing_nothing(tmp_path):
+    # Ray retried such an address without end (a build hung for 10+ minutes)
+    import socket
+
+    with socket.socket() as probe:  # a free port: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    inputs = write_input(tmp_path / "a.jsonl", TEXTS[:5])
+    for given in (address, f"ray://{address}"):
+        with pytest.raises(ValueError, match=f"no Ray cluster answers at {given} .*ray start"):
+            build_corpus_ray(inputs, tmp_path / "out", tokenizer="bytes", address=given)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]

@@ -11,6 +11,8 @@ are written under ``.OUT.parts`` (beside ``OUT``) and merged into ``OUT`` by har
 from __future__ import annotations
 
 import os
+import socket
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,6 +50,36 @@ def _ray() -> Any:
 TASK_RETRIES = 3
 
 _ERRORS = {e.__name__: e for e in (ValueError, TypeError, CorpusError, CorpusExistsError)}
+
+# How long a cluster's address may take to accept a connection: Ray itself retries an
+# address where nothing listens without end.
+CONNECT_SECONDS = 10.0
+
+
+def check_reachable(address: str | None) -> None:
+    """Raises ``ValueError`` if nothing accepts a connection at a Ray cluster's
+    ``host:port`` (or ``ray://host:port``) address, or ``RAY_ADDRESS``'s when ``None``;
+    other forms (``auto``, ``local``) are left to Ray.
+
+    Example:
+        >>> check_reachable("auto")
+        >>> check_reachable("127.0.0.1:1")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: no Ray cluster answers at 127.0.0.1:1 (...); ...
+    """
+    address = address or os.environ.get("RAY_ADDRESS")
+    host, _, port = (address or "").removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), CONNECT_SECONDS).close()
+    except OSError as err:
+        raise ValueError(
+            f"no Ray cluster answers at {address} ({err}); start one there (`ray start "
+            "--head`), pass the address `ray status` prints, or give no address for a local "
+            "cluster"
+        ) from None
 
 
 def _task_deaths(ray: Any) -> tuple[type[BaseException], ...]:
@@ -107,18 +139,21 @@ def build_corpus_ray(
     with staging(out, plan, overwrite=overwrite) as todo:
         started = not ray.is_initialized()
         if started:
+            check_reachable(address)
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         bar = Progress(len(plan.parts), len(plan.parts) - len(todo), progress)
         try:
             ray.data.DataContext.get_current().enable_progress_bars = False
             if todo:
                 items = [{"index": part_index(p), "path": str(p)} for p in todo]
-                rows = ray.data.from_items(items, override_num_blocks=len(items)).map(
-                    _build_row,
-                    fn_kwargs={"plan": task_plan(plan)},
-                    num_cpus=1,
-                    max_retries=TASK_RETRIES,  # Ray Data's default retries forever
-                )
+                with warnings.catch_warnings():  # the ray extra stays below 2.64 for it
+                    warnings.filterwarnings("ignore", "`ray_remote_args` is deprecated")
+                    rows = ray.data.from_items(items, override_num_blocks=len(items)).map(
+                        _build_row,
+                        fn_kwargs={"plan": task_plan(plan)},
+                        num_cpus=1,
+                        max_retries=TASK_RETRIES,  # Ray Data's default retries forever
+                    )
                 try:
                     for row in rows.iter_rows():
                         if row["error"]:  # as its type: a part locked elsewhere keeps parts
