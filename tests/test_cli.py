@@ -188,6 +188,22 @@ def test_console_script_help_and_usage_errors():
     assert bad.returncode == 2
 
 
+def test_warnings_are_printed_as_messages_of_the_command(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("hello")
+    (tmp_path / "in" / ".b.txt").write_text("hidden")
+    out = subprocess.run(
+        [sys.executable, "-m", "grainpack", "build", str(tmp_path / "in"), "--tokenizer",
+         "bytes", "-o", str(tmp_path / "out")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0
+    assert out.stderr == (  # not Python's file:line: UserWarning and a line of its source
+        f"grainpack build: warning: {tmp_path / 'in'}: 1 hidden file(s) and folder(s) (name "
+        "them to read them) are not read (.b.txt)\n"
+    )
+
+
 def test_demo_streams_batches(tmp_path, capsys):
     assert main(["demo", "--steps", "5", "--directory", str(tmp_path)]) == 0
     out = capsys.readouterr().out

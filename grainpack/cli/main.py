@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -908,6 +909,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``grainpack`` console script; returns the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    formatwarning = warnings.formatwarning  # warnings as messages, not source lines
+    warnings.formatwarning = lambda message, *_, **__: (
+        f"grainpack {args.command}: warning: {message}\n"
+    )
     try:
         COMMANDS[args.command](args)
     except KeyboardInterrupt:
@@ -920,6 +925,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = _in_flags(str(error), _flags_of(parser, args))
         print(f"grainpack {args.command}: error: {message}", file=sys.stderr)
         return 1
+    finally:
+        warnings.formatwarning = formatwarning
     return 0
 
 
