@@ -91,9 +91,13 @@ def test_a_part_locked_by_another_writer_comes_back_as_its_own_error(tmp_path):
     assert distributed._ERRORS[row["type"]] is CorpusExistsError
 
 
-def test_an_address_where_no_cluster_listens_fails_in_seconds_writing_nothing(tmp_path):
+def test_an_address_where_no_cluster_listens_fails_in_seconds_writing_nothing(
+    tmp_path, monkeypatch
+):
     # Ray retried such an address without end (a build hung for 10+ minutes)
     import socket
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # local_ray may be running
 
     with socket.socket() as probe:  # a free port: nothing listens there
         probe.bind(("127.0.0.1", 0))
