@@ -1342,3 +1342,18 @@ if __name__ == "__main__":
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"orphaned workers still running: {left}"
+
+
+def test_pad_and_boundary_ids_outside_a_vocabulary_are_named(tmp_path):
+    gp.write_corpus(tmp_path / "c", [[1, 2, 3] * 20], vocab_size=10)
+    for token, hint in (
+        ("boundary_id", " (for example the tokenizer's end-of-text id)"),
+        ("pad_id", ""),
+    ):
+        config = pipeline(tmp_path / "c", **{token: 70})
+        message = (
+            f"{token}=70 is outside the vocabulary of source 'a' (vocab_size=10); use an id < 10"
+            + hint
+        )
+        with pytest.raises(ValueError, match=re.escape(message) + "$"):
+            gp.make_dataset(config, process_index=0, process_count=1)

@@ -188,6 +188,7 @@ class PipelineBatches:
             self._sources = [open_corpus(p) for p in self.config.sources.values()]
             for (name, path), src in zip(self.config.sources.items(), self._sources):
                 _check_ids_fit(name, path, src)
+                hint = {"boundary_id": " (for example the tokenizer's end-of-text id)"}
                 for token in ("boundary_id", "pad_id"):
                     value = getattr(self.config, token)
                     if (
@@ -196,9 +197,9 @@ class PipelineBatches:
                         and (value >= src.vocab_size)
                     ):
                         raise ValueError(
-                            f"{token}={value} is outside source {name!r}'s vocabulary "
-                            f"(vocab_size={src.vocab_size}); use an id < {src.vocab_size} "
-                            "(for example the tokenizer's end-of-text id)"
+                            f"{token}={value} is outside the vocabulary of source {name!r} "
+                            f"(vocab_size={src.vocab_size}); use an id < {src.vocab_size}"
+                            f"{hint.get(token, '')}"
                         )
                 if src.num_tokens < self.config.block + 1:
                     raise ValueError(
