@@ -406,6 +406,16 @@ def test_show_step_with_a_schedule(corpus, tmp_path, capsys):
     assert "either --weight (fixed weights) or --stage" in capsys.readouterr().err
 
 
+def test_eos_id_on_ids_it_does_not_split_warns(tmp_path, capsys):
+    np.save(tmp_path / "m.npy", np.array([[1, 2, 3], [4, 0, 6]]))
+    (tmp_path / "i.jsonl").write_text("[5, 6, 7]\n[8, 0, 9]\n")
+    for name in ("m.npy", "i.jsonl"):
+        out = str(tmp_path / f"out-{name}")
+        with pytest.warns(UserWarning, match=f"documents of .*{name} are kept as they are; 0 is"):
+            assert main(["build", str(tmp_path / name), "-o", out, "--eos-id", "0"]) == 0
+        assert [d.tolist() for d in gp.open_corpus(out)][1] in ([4, 0, 6], [8, 0, 9])
+
+
 def test_first_hour_messages_and_inputs(tmp_path, capsys):
     # Flags, not keyword arguments, in the command's errors.
     np.save(tmp_path / "s.npy", np.array([5, 6, 0, 7, 0, 8]))

@@ -601,9 +601,29 @@ def _build_ids(args: argparse.Namespace) -> None:
             "inputs must be .npy files, .jsonl(.gz) files, or one Megatron prefix / flat-shard "
             f"directory; got {args.inputs} (text needs --tokenizer)"
         )
+    if args.eos_id is not None and (kept := [str(p) for p in inputs if not _splits(p)]):
+        warnings.warn(
+            f"--eos-id splits only 1-D .npy streams and flat-shard shards: the documents of "
+            f"{', '.join(kept)} are kept as they are; {args.eos_id} is recorded as the corpus's "
+            "eos_id",
+            UserWarning,
+            stacklevel=2,
+        )
     print(
         f"{_built(args)}: {src.num_documents:,} documents, {src.num_tokens:,} tokens, {src.dtype}"
     )
+
+
+def _splits(path: Path) -> bool:
+    """Whether ``--eos-id`` splits the ids input ``path`` into documents."""
+    if path.suffix != ".npy":
+        return (path / "index.json").is_file()  # a flat-shard directory
+    import numpy as np
+
+    try:
+        return np.load(path, mmap_mode="r").ndim == 1
+    except (OSError, ValueError):  # read by the conversion already; not a plain array
+        return True
 
 
 def _inspect(args: argparse.Namespace) -> None:
