@@ -202,7 +202,7 @@ class MixtureSchedule:
                     )
             following = stages[k + 1] if k + 1 < len(stages) else None
             end = _start_of(following) if following is not None else None
-            if (  # a next stage at or before this one is refused as out of order, next
+            if (  # a next stage at or before this one is refused at its turn, as out of order
                 stage.ramp
                 and isinstance(end, numbers.Integral)
                 and stage.start < end < stage.start + stage.ramp
