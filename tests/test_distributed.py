@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,14 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def local_ray():
     tests = str(Path(__file__).parent)  # the tasks import dying_tokenizer
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": tests}},
-    )
+    with warnings.catch_warnings():  # JAX's fork warning, if imported: Ray forks to exec
+        warnings.filterwarnings("ignore", r"os\.fork\(\) was called", RuntimeWarning)
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": tests}},
+        )
     yield
     ray.shutdown()
 
