@@ -164,6 +164,31 @@ def raise_open_file_limit() -> None:
             logger.info("raised the open-file limit from %d to %d (memory maps)", soft, target)
 
 
+def mapped_shards_allowed(files: int, maps: int) -> int:
+    """Shards a source keeps mapped (two descriptors and two maps each) under a hard limit
+    of ``files`` open files and ``maps`` maps per process (``vm.max_map_count``): 1,024, or
+    up to 4,096 where a 32nd of the files and a 16th of the maps leave room for that.
+
+    Example:
+        >>> [mapped_shards_allowed(f, 65530) for f in (4096, 20000, 1 << 20)]
+        [1024, 1024, 4095]
+    """
+    return max(1024, min(4096, files // 32, maps // 16))
+
+
+def max_mapped_shards() -> int:
+    """:func:`mapped_shards_allowed` under this process's limits (1,024 where unknown)."""
+    try:
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        with open("/proc/sys/vm/max_map_count") as f:
+            maps = int(f.read())
+    except (ImportError, OSError, ValueError):  # not Linux
+        return 1024
+    return mapped_shards_allowed(1 << 20 if hard == resource.RLIM_INFINITY else hard, maps)
+
+
 @dataclasses.dataclass(frozen=True)
 class LengthsFile:
     """Megatron's index: ``num_documents`` little-endian int32 lengths at

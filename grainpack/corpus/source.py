@@ -40,6 +40,7 @@ from grainpack.corpus.shards import (
     OffsetsFile,
     ShardRecord,
     check_offsets,
+    max_mapped_shards,
     offsets_path_of,
     raise_open_file_limit,
 )
@@ -48,7 +49,7 @@ from grainpack.corpus.shards import (
 # shard: tokens and offsets). Past this many mapped shards in a source, the least recently
 # used are dropped (a map closes once no reader holds a view of it): descriptors stay
 # bounded whatever the number of shards.
-MAX_MAPPED_SHARDS = 1024
+MAX_MAPPED_SHARDS = max_mapped_shards()
 
 _TRANSIENT = (
     "_recent",
