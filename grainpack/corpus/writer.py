@@ -339,6 +339,11 @@ class CorpusWriter:
         )
         self._dtype = _check_options(dtype, vocab_size, eos_id, shard_tokens)
         shuffle = None if shuffle is None else check_int("shuffle", plain_int(shuffle))
+        if shuffle is not None and shuffle >> 64:  # hashed as 64 bits: 2**64 would be 0
+            raise ValueError(
+                f"shuffle must be a seed below 2**64 (it is hashed as 64 bits, so {shuffle} "
+                f"would store the order of seed {shuffle & (2**64 - 1)}), got {shuffle=}"
+            )
         self.path, self.vocab_size, self.eos_id = Path(path), vocab_size, eos_id
         self.shard_tokens, self.overwrite = shard_tokens, overwrite
         self._transaction = Transaction(self.path, overwrite=overwrite)
