@@ -126,6 +126,16 @@ def test_show_step_lists_rows_and_mixture(corpus, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["mixture"]["a"]["real_share"] is None
 
 
+def test_a_shuffle_seed_of_64_bits_or_more_is_refused_before_any_work(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_text('{"text": "hi"}\n')
+    args = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "-o", str(tmp_path / "o")]
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--shuffle", str(2**64)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"--shuffle: must be below 2**64, got {2**64}" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
+
+
 def test_show_step_errors_speak_in_flags(corpus, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["show-step", "-1", "--block", "8"])

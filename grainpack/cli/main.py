@@ -119,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing corpus")
     p.add_argument(
         "--shuffle",
-        type=_non_negative,
+        type=_seed,
         metavar="SEED",
         help="store documents in the random order of SEED (recorded in the manifest)",
     )
@@ -370,6 +370,13 @@ def _non_negative(text: str) -> int:
     value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = _non_negative(text)
+    if value >> 64:  # the writer hashes it as 64 bits: refused before any work
+        raise argparse.ArgumentTypeError(f"must be below 2**64, got {value}")
     return value
 
 
