@@ -51,7 +51,7 @@ class PipelineConfig:
         seeded ``seed + j``). One entry means no mixing.
       block: model sequence length; every row holds ``block + 1`` tokens.
       global_batch_size: rows per global batch (all processes together).
-      seed: non-negative int.
+      seed: non-negative int below 2**64.
       weights: name -> probability of a slot choosing that source (token share); equal
         when omitted. Same names as ``sources``; must sum to 1. Or a schedule by global
         step: a list of stages ``(start_step, {name: weight})`` or
@@ -136,6 +136,11 @@ class PipelineConfig:
         # numpy integers are accepted and stored as ints (the fingerprint is JSON of them)
         for name, minimum in (("block", 1), ("global_batch_size", 1), ("seed", 0)):
             object.__setattr__(self, name, check_int(name, getattr(self, name), minimum))
+        if self.seed >> 64:  # the mixer and the blocked order hash it as 64 bits
+            raise ValueError(
+                f"seed must be below 2**64 (it is hashed as 64 bits: {self.seed} would mix "
+                f"as seed {self.seed & (2**64 - 1)}), got seed={self.seed}"
+            )
         for token in ("pad_id", "boundary_id"):
             value = getattr(self, token)
             if value is None:
