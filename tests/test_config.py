@@ -278,7 +278,7 @@ def test_schedule_description_and_weights_by_step():
         ("premiums", [(0, {"en": 0.0, "fr": 1.0})], ValueError, r"premiums stage 0\['en'\]"),
         ("weights", gp.MixtureBandit(["fr", "en"], stage_steps=5), ValueError, "in this order"),
         # hashed as 64 bits: the blocked order's windows unit gave seed 0's batches
-        ("seed", 2**64 + 3, ValueError, r"seed must be below 2\*\*64 .* mix as seed 3\)"),
+        ("seed", 2**64 + 3, ValueError, r"seed must be below 2\*\*64 .* would act as 3\)"),
     ],
 )
 def test_bad_schedules_are_refused(field, value, error, match):

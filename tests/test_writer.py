@@ -70,10 +70,13 @@ def test_corpus_writer_rejects_bad_options(tmp_path, kwargs, match):
 def test_a_bad_shuffle_seed_leaves_no_lock_or_staging_folder(tmp_path):
     with pytest.raises(ValueError, match="shuffle must be >= 0"):
         write_corpus(tmp_path / "c", [[1]], shuffle=-1)
-    with pytest.raises(ValueError, match=r"below 2\*\*64 .* the order of seed 1\)"):
+    with pytest.raises(ValueError, match=r"below 2\*\*64 .* would act as 1\)"):
         write_corpus(tmp_path / "c", [[1]], shuffle=2**64 + 1)  # stored seed 1's order
     assert list(tmp_path.iterdir()) == []  # the same write can run at once
     assert _docs(write_corpus(tmp_path / "c", [[1]])) == [[1]]
+    with pytest.raises(ValueError, match=r"seed must be below 2\*\*64 .* would act as 0\)"):
+        shuffle_corpus(tmp_path / "c", tmp_path / "d", seed=2**64)  # stored seed 0's order
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
 
 
 def test_corpus_writer_refuses_existing_corpus_unless_overwrite(tmp_path):

@@ -374,10 +374,12 @@ def _non_negative(text: str) -> int:
 
 
 def _seed(text: str) -> int:
-    value = _non_negative(text)
-    if value >> 64:  # the writer hashes it as 64 bits: refused before any work
-        raise argparse.ArgumentTypeError(f"must be below 2**64, got {value}")
-    return value
+    from grainpack.index.checks import check_seed
+
+    try:  # the writer would refuse it too, but only after the work before it
+        return check_seed("shuffle", _integer(text))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _positive(text: str) -> int:

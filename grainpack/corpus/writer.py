@@ -45,7 +45,7 @@ from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
 from grainpack.corpus.transaction import Transaction, check_target
 from grainpack.corpus.verify import verify_corpus
 from grainpack.index.blocked import feistel, mix_key
-from grainpack.index.checks import check_int, is_int
+from grainpack.index.checks import check_seed, is_int
 
 __all__ = ["CorpusWriter", "shuffle_corpus", "shuffled_order", "write_corpus"]
 
@@ -338,12 +338,7 @@ class CorpusWriter:
             plain_int(shard_tokens),
         )
         self._dtype = _check_options(dtype, vocab_size, eos_id, shard_tokens)
-        shuffle = None if shuffle is None else check_int("shuffle", plain_int(shuffle))
-        if shuffle is not None and shuffle >> 64:  # hashed as 64 bits: 2**64 would be 0
-            raise ValueError(
-                f"shuffle must be a seed below 2**64 (it is hashed as 64 bits, so {shuffle} "
-                f"would store the order of seed {shuffle & (2**64 - 1)}), got {shuffle=}"
-            )
+        shuffle = None if shuffle is None else check_seed("shuffle", plain_int(shuffle))
         self.path, self.vocab_size, self.eos_id = Path(path), vocab_size, eos_id
         self.shard_tokens, self.overwrite = shard_tokens, overwrite
         self._transaction = Transaction(self.path, overwrite=overwrite)
@@ -591,6 +586,7 @@ def shuffle_corpus(
         >>> [x.tolist() for x in shuffle_corpus(f"{d}/a", f"{d}/b", seed=0)]
         [[2], [1], [3]]
     """
+    seed = check_seed("seed", plain_int(seed))
     src = open_to_copy(source, path, overwrite=overwrite, verify=verify)
     with CorpusWriter(
         path,
@@ -601,6 +597,6 @@ def shuffle_corpus(
         overwrite=overwrite,
         tokenizer=src.tokenizer,
     ) as writer:
-        writer.shuffle = check_int("seed", plain_int(seed))
+        writer.shuffle = seed
         writer._copy_shuffled(src)
     return open_corpus(path)

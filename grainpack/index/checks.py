@@ -36,6 +36,24 @@ def check_int(name: str, value: object, minimum: int | None = 0) -> int:
     return int(value)
 
 
+def check_seed(name: str, value: object) -> int:
+    """Returns ``value`` as a seed in ``[0, 2**64)``, or raises naming it.
+
+    Seeds are hashed as 64 bits, so a larger one would silently act as itself modulo 2**64.
+
+    Example:
+        >>> check_seed("seed", 2**64 - 1)
+        18446744073709551615
+    """
+    seed = check_int(name, value)
+    if seed >> 64:
+        raise ValueError(
+            f"{name} must be below 2**64 (seeds are hashed as 64 bits: {seed} would act as "
+            f"{seed & (2**64 - 1)}), got {name}={seed}"
+        )
+    return seed
+
+
 def check_float(
     name: str,
     value: object,

@@ -14,7 +14,7 @@ from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.curriculum.protocols import BindsToSource, describe_selector
 from grainpack.curriculum.selectors import PerSource
 from grainpack.index.blocked import BlockedOrder
-from grainpack.index.checks import check_float, check_int
+from grainpack.index.checks import check_float, check_int, check_seed
 from grainpack.index.orders import SequenceSelector
 from grainpack.index.schedule import MixtureSchedule, Stage, WeightSchedule, probabilities_at
 from grainpack.index.weights import content_probabilities
@@ -134,13 +134,9 @@ class PipelineConfig:
                 raise TypeError(f"sources must map str -> path; got {name!r}: {path!r}")
         object.__setattr__(self, "sources", {k: os.fspath(v) for k, v in self.sources.items()})
         # numpy integers are accepted and stored as ints (the fingerprint is JSON of them)
-        for name, minimum in (("block", 1), ("global_batch_size", 1), ("seed", 0)):
+        for name, minimum in (("block", 1), ("global_batch_size", 1)):
             object.__setattr__(self, name, check_int(name, getattr(self, name), minimum))
-        if self.seed >> 64:  # the mixer and the blocked order hash it as 64 bits
-            raise ValueError(
-                f"seed must be below 2**64 (it is hashed as 64 bits: {self.seed} would mix "
-                f"as seed {self.seed & (2**64 - 1)}), got seed={self.seed}"
-            )
+        object.__setattr__(self, "seed", check_seed("seed", self.seed))
         for token in ("pad_id", "boundary_id"):
             value = getattr(self, token)
             if value is None:
