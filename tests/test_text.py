@@ -251,7 +251,8 @@ def test_jsonl_errors_name_the_file_and_byte(tmp_path):
         ('{"text": "ok"}\n{"txt": "x"}\n', r"byte 15 has no text in field='text' \(found keys"),
         ('{"text": "ok"}\n{"text": 3}\n', r"\(found 'text' = int\)"),
         ('{"text": "ok"}\n[1, 2]\n', r"\(found list\)"),
-        ('{"text": "ok"}\n{"text": \n', "invalid JSON in the line at byte 15"),
+        ('{"text": "ok"}\n{"text": \n', r"at byte 15 \(Expecting value at char 10 of the line\)"),
+        ('{"text": "ok"}\n{"text": "a\x01"}\n', r"byte 15 \(Invalid control character at char 11 "),
         ('{"text": "ok"}\n{"text": "a\\ud800"}\n', r"byte 15 holds a lone surrogate \('\\ud800'"),
         # UTF-8 that encodes a surrogate (json.loads of bytes lets it through)
         (b'{"text": "ok"}\n{"text": "a\xed\xa0\x80b"}\n', "not UTF-8 text at byte 26"),

@@ -20,7 +20,7 @@ import tqdm
 
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.source import TokenShardSource
-from grainpack.corpus.text import repeated_key
+from grainpack.corpus.text import json_problem, repeated_key
 from grainpack.corpus.writer import CorpusWriter, copy_dtype, open_to_copy
 
 __all__ = ["convert_corpus", "convert_jsonl", "convert_npy"]
@@ -221,7 +221,7 @@ def convert_jsonl(
                     ) from None
                 except json.JSONDecodeError as err:
                     raise ValueError(
-                        f"{path}:{lineno}: invalid JSON ({err.msg}); each line must "
+                        f"{path}:{lineno}: invalid JSON ({json_problem(err)}); each line must "
                         "be one JSON object"
                     ) from None
                 except (ValueError, RecursionError) as err:  # a huge number, deep nesting

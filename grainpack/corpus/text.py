@@ -403,6 +403,19 @@ def _decode_error(path: str, position: int, err: UnicodeDecodeError) -> ValueErr
     )
 
 
+def json_problem(err: json.JSONDecodeError) -> str:
+    """What is wrong in a one-line JSON record and where (its character offset), for a message.
+
+    Example:
+        >>> try:
+        ...     json.loads('{"text": "a\x01"}')
+        ... except json.JSONDecodeError as err:
+        ...     json_problem(err)
+        'Invalid control character at char 11 of the line'
+    """
+    return f"{err.msg.removesuffix(' at')} at char {err.pos} of the line"
+
+
 def repeated_key(line: bytes, key: str) -> bool:
     """Whether an object of the JSON ``line`` names ``key`` twice (``json.loads`` keeps the
     last value without a word). Only a line holding the quoted key twice (as raw UTF-8 or
@@ -441,8 +454,8 @@ def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
             raise _decode_error(path, position, err) from None
         except json.JSONDecodeError as err:
             raise ValueError(
-                f"{path}: invalid JSON in the line at byte {position} ({err.msg}); each line "
-                "must be one JSON object"
+                f"{path}: invalid JSON in the line at byte {position} ({json_problem(err)}); "
+                "each line must be one JSON object"
             ) from None
         except (ValueError, RecursionError) as err:  # a huge number, deep nesting
             raise ValueError(
