@@ -199,6 +199,16 @@ def test_console_script_help_and_usage_errors():
     assert bad.returncode == 2
 
 
+@pytest.mark.parametrize("argv", [["--bogus"], ["--bogus", "inspect", "x"], ["-x"]])
+def test_an_unknown_option_before_the_command_is_named(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2  # not "the following arguments are required: command"
+    assert f"error: unrecognized arguments: {argv[0]} (options follow the command)" in (
+        capsys.readouterr().err
+    )
+
+
 def test_warnings_are_printed_as_messages_of_the_command(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.txt").write_text("hello")

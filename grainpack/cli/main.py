@@ -377,7 +377,7 @@ def _seed(text: str) -> int:
     from grainpack.index.checks import check_seed
 
     try:  # the writer would refuse it too, but only after the work before it
-        return check_seed("shuffle", _integer(text))
+        return check_seed("shuffle", _non_negative(text))
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -937,6 +937,11 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``grainpack`` console script; returns the exit code."""
     parser = _parser()
+    first = next(iter(sys.argv[1:] if argv is None else argv), "")
+    if first.startswith("-") and not any(
+        o.startswith(first) for o in ("-h", "--help", "--version")
+    ):
+        parser.error(f"unrecognized arguments: {first} (options follow the command)")
     args = parser.parse_args(argv)
     formatwarning = warnings.formatwarning  # warnings as messages, not source lines
     warnings.formatwarning = lambda message, *_, **__: (
