@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -69,6 +70,18 @@ def test_inspect_json(corpus, capsys):
     assert main(["inspect", str(corpus), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert (stats["documents"], stats["tokens"], stats["max_token_id"]) == (3, 44, 39)
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify"])
+def test_eos_id_on_a_corpus_it_does_not_split_warns(command, corpus, tmp_path, capsys):
+    with pytest.warns(UserWarning, match=r"splits only flat-shard .* 6 is only taken as its eos"):
+        assert main([command, str(corpus), "--eos-id", "6"]) == 0
+    (tmp_path / "flat").mkdir()
+    np.array([5, 6, 7, 6], np.uint16).tofile(tmp_path / "flat" / "s.bin")
+    (tmp_path / "flat" / "index.json").write_text('{"s.bin": 4}')
+    capsys.readouterr()
+    assert main([command, str(tmp_path / "flat"), "--eos-id", "6"]) == 0  # split: no warning
+    assert re.search(r"\b2 documents|documents  2\n", capsys.readouterr().out)
 
 
 def test_verify_passes_then_fails_on_a_flipped_byte(corpus, capsys):

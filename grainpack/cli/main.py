@@ -635,11 +635,23 @@ def _splits(path: Path) -> bool:
         return True
 
 
+def _warn_unsplit(args: argparse.Namespace) -> None:
+    """``--eos-id`` splits only a flat-shard directory; of another corpus it is only recorded."""
+    if args.eos_id is not None and not _splits(Path(args.path)):
+        warnings.warn(
+            f"--eos-id splits only flat-shard directories (index.json): the documents of "
+            f"{args.path} are as stored, and {args.eos_id} is only taken as its eos_id",
+            UserWarning,
+            stacklevel=2,
+        )
+
+
 def _inspect(args: argparse.Namespace) -> None:
     from grainpack.corpus.formats import open_corpus
     from grainpack.corpus.verify import describe_corpus
 
     stats = describe_corpus(open_corpus(args.path, eos_id=args.eos_id), progress=_bars())
+    _warn_unsplit(args)
     if args.json:
         print(json.dumps(stats, indent=2))
         return
@@ -663,6 +675,7 @@ def _verify(args: argparse.Namespace) -> None:
     from grainpack.corpus.verify import verify_corpus
 
     report = verify_corpus(args.path, eos_id=args.eos_id, progress=_bars())
+    _warn_unsplit(args)
     print(
         f"OK {report.path} ({report.kind}): {report.num_documents:,} documents, "
         f"{report.num_tokens:,} tokens in {report.num_shards} shard(s), {report.dtype}"
