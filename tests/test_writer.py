@@ -101,8 +101,12 @@ def test_corpus_writer_interrupted_leaves_no_corpus_and_rewrite_succeeds(tmp_pat
     assert list(tmp_path.iterdir()) == []  # no manifest; the finished shard 0 is removed too
     with pytest.raises(CorpusError, match="not a corpus"):
         open_corpus(tmp_path)
-    (tmp_path / "tokens-00007.bin").write_bytes(b"stale")  # left by a crashed run
-    assert _docs(write_corpus(tmp_path, [[9]])) == [[9]]
+    (tmp_path / "tokens-00007.bin").write_bytes(b"stale")  # a copy cut short, another tool's
+    (tmp_path / ".manifest.json.swp").write_bytes(b"")
+    with pytest.raises(CorpusError, match=r"\.manifest\.json\.swp, tokens-00007\.bin\) but no "):
+        write_corpus(tmp_path, [[9]])  # only overwrite deletes them
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".manifest.json.swp", "tokens-00007.bin"]
+    assert _docs(write_corpus(tmp_path, [[9]], overwrite=True)) == [[9]]
     assert not (tmp_path / "tokens-00007.bin").exists()
 
 
@@ -224,6 +228,42 @@ def test_corpus_writer_without_exchange_renames_twice_and_recovers(tmp_path, mon
         write_corpus(path, [[4]])  # the old corpus is back first, and protected
     assert _docs(open_corpus(path)) == [[2]]
     assert _leftovers(path) == []
+
+
+def test_an_old_corpus_that_cannot_be_deleted_does_not_undo_or_block_writes(tmp_path, monkeypatch):
+    """The new corpus is published once the rename is done: failing to delete the replaced
+    one (another user's files) warns and leaves it; a failed sync after the rename says
+    that the corpus was published. Neither blocks the next write."""
+    from grainpack.corpus import transaction as module
+
+    path = tmp_path / "c"
+    write_corpus(path, [[1]])
+    rmtree = module.shutil.rmtree
+
+    def denied(folder, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", os.fspath(folder) + "/tokens-00000.bin")
+
+    monkeypatch.setattr(module.shutil, "rmtree", denied)
+    with pytest.warns(
+        UserWarning, match=r"c was published, but the corpus it replaced, .*\.c\.tmp"
+    ):
+        assert _docs(write_corpus(path, [[2]], overwrite=True)) == [[2]]
+    (old,) = _leftovers(path)
+    assert _docs(open_corpus(tmp_path / old)) == [[1]]
+    with pytest.warns(UserWarning) as caught:
+        assert _docs(write_corpus(path, [[3]], overwrite=True)) == [[3]]  # not blocked
+    assert [str(w.message).split(", /")[0] for w in caught] == [
+        f"a folder that an earlier write of {path} left",
+        f"{path} was published, but the corpus it replaced",
+    ]
+    monkeypatch.setattr(module.shutil, "rmtree", rmtree)
+    monkeypatch.setattr(module, "_fsync_dir", lambda d: denied(d) if d == tmp_path else None)
+    with pytest.raises(CorpusError, match=r"c was published, but a crash may still undo it"):
+        write_corpus(path, [[4]], overwrite=True)
+    assert _docs(open_corpus(path)) == [[4]]
+    monkeypatch.setattr(module, "_fsync_dir", lambda d: None)
+    assert _docs(write_corpus(path, [[5]], overwrite=True)) == [[5]]
+    assert _leftovers(path) == []  # the next write removed them all
 
 
 def test_corpus_writer_refuses_a_mount_point(tmp_path, monkeypatch):

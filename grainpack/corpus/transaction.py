@@ -34,6 +34,7 @@ import os
 import secrets
 import shutil
 import threading
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,21 @@ def _recover(target: Path) -> None:
     if aside and not target.exists():  # killed between the two renames of an overwrite
         os.rename(aside.pop(), target)
     for folder in aside + leftovers(target, "tmp"):
+        _remove(folder, f"a folder that an earlier write of {target} left")
+
+
+def _remove(folder: Path, what: str) -> None:
+    """Deletes ``folder``, a leftover no corpus needs; if it cannot be deleted (not this
+    user's, ...), warns and leaves it, which blocks no write."""
+    try:
         shutil.rmtree(folder)
+    except OSError as err:
+        warnings.warn(
+            f"{what}, {folder}, could not be deleted ({err.strerror or err}: "
+            f"{err.filename or folder}); delete it by hand to free its space",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _corpus_files(directory: Path, names: list[str]) -> set[str]:
@@ -197,12 +212,18 @@ def _replaceable(target: Path, overwrite: bool) -> bool:
             f"{target} already holds a corpus ({MANIFEST_NAME} present); "
             "pass overwrite=True to replace it"
         )
-    foreign = sorted(set(names) - _corpus_files(target, names))
+    own = _corpus_files(target, names)
+    foreign = sorted(set(names) - own)
     if foreign:
         raise CorpusExistsError(
-            f"{target} holds files that are not part of a corpus ({', '.join(foreign[:5])}"
-            f"{', ...' if len(foreign) > 5 else ''}); a write replaces the whole directory: "
-            "move them away or write to a new directory"
+            f"{target} holds files that are not part of a corpus ({_some(foreign)}); a write "
+            "replaces the whole directory: move them away or write to a new directory"
+        )
+    if own and MANIFEST_NAME not in names and not overwrite:
+        raise CorpusExistsError(
+            f"{target} holds files named as a corpus's ({_some(sorted(own))}) but no "
+            f"{MANIFEST_NAME}: an incomplete corpus, or another tool's files; pass "
+            "overwrite=True to replace them, or write elsewhere"
         )
     if stat.st_dev != os.stat(target.parent).st_dev:
         raise CorpusError(
@@ -210,6 +231,10 @@ def _replaceable(target: Path, overwrite: bool) -> bool:
             f"next to it, so write to a directory inside it (e.g. {target / 'corpus'})"
         )
     return True
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
 
 
 class Transaction:
@@ -280,31 +305,47 @@ class Transaction:
         return os_error(err, f"writing {self.path} (nothing was published) in", self.staging / name)
 
     def publish(self) -> None:
-        """One atomic rename of the staging folder to the target; releases the lock."""
+        """One atomic rename of the staging folder to the target; releases the lock.
+
+        Raises:
+            CorpusError: the rename failed (nothing was published), or syncing the folder
+                after it failed (published, but a crash may still undo it).
+        """
         try:
-            self._rename()
+            replaced = self._rename()
         except BaseException as err:
             self.abort()
             if isinstance(err, OSError) and not isinstance(err, CorpusError):
                 raise self.failed(err) from err
             raise
-        self._cleanup.detach()
-        self._lock.release()
+        self._cleanup.detach()  # published: what is left to do must not undo it
+        try:
+            _fsync_dir(self.target.parent)
+            # The replaced folder: readers that mapped its files keep them until they unmap.
+            if replaced is not None and replaced.exists():
+                _remove(replaced, f"{self.path} was published, but the corpus it replaced")
+        except OSError as err:  # the old corpus stays beside it; the next write removes it
+            raise os_error(
+                err,
+                f"{self.path} was published, but a crash may still undo it: syncing",
+                self.target.parent,
+            ) from err
+        finally:
+            self._lock.release()
 
-    def _rename(self) -> None:
+    def _rename(self) -> Path | None:
+        """Publishes the staging folder; returns where the replaced folder now is, if any."""
         target, staging = self.target, self.staging
         if not _replaceable(target, self.overwrite):
             if not _renameat2(staging, target, _RENAME_NOREPLACE):
                 os.rename(staging, target)  # under the lock: no grainpack writer races it
-        elif not _renameat2(staging, target, _RENAME_EXCHANGE):
-            aside = target.parent / f".{target.name}.old-{self._token}"
-            os.rename(target, aside)
-            os.rename(staging, target)  # a crash before this line: the next write restores
-            staging = aside
-        _fsync_dir(target.parent)
-        # The replaced folder: readers that mapped its files keep them until they unmap.
-        if staging.exists():
-            shutil.rmtree(staging)
+            return None
+        if _renameat2(staging, target, _RENAME_EXCHANGE):
+            return staging
+        aside = target.parent / f".{target.name}.old-{self._token}"
+        os.rename(target, aside)
+        os.rename(staging, target)  # a crash before this line: the next write restores
+        return aside
 
     def abort(self) -> None:
         """Removes the staging folder and releases the lock; nothing at ``path`` changes."""
