@@ -4,6 +4,7 @@ worker counts, merge without copies, and a SIGKILLed build that leaves no corpus
 from __future__ import annotations
 
 import base64
+import errno
 import gzip
 import json
 import os
@@ -276,6 +277,40 @@ def test_merge_refuses_mismatched_parts_and_existing_output(tmp_path):
     assert not (tmp_path / "out").exists()
     merged = merge_corpora([tmp_path / "a", tmp_path / "a"], tmp_path / "b", overwrite=True)
     assert [d.tolist() for d in merged] == [[1, 2], [1, 2]]
+
+
+def test_merge_follows_symlinked_shards_and_names_why_a_link_failed(tmp_path, monkeypatch):
+    # os.link links a symbolic link itself: a relative one dangled at the output's depth,
+    # and the broken corpus replaced a good one before it was opened.
+    store = gp.write_corpus(tmp_path / "store", [[1, 2], [3]])
+    (tmp_path / "part").mkdir()
+    for name in os.listdir(tmp_path / "store"):
+        (tmp_path / "part" / name).symlink_to(Path("..", "store", name))
+    gp.write_corpus(tmp_path / "deep" / "out", [[9]])
+    merged = merge_corpora([tmp_path / "part"], tmp_path / "deep" / "out", overwrite=True)
+    assert [d.tolist() for d in merged] == [[1, 2], [3]]
+    shard = tmp_path / "deep" / "out" / "tokens-00000.bin"
+    assert (
+        not shard.is_symlink()
+        and shard.stat().st_ino == os.stat(store.shards[0].tokens_path).st_ino
+    )
+    assert gp.verify_corpus(tmp_path / "deep" / "out").num_documents == 2
+
+    def link(src, dst, *, errno_):
+        raise OSError(errno_, os.strerror(errno_), src, dst)
+
+    for errno_, error, match in [
+        (errno.EPERM, gp.CorpusError, r"merging into \S+ \(nothing was published\): hard-linking "
+         r"\S+/store/tokens-00000.bin: Operation not permitted; make it accessible"),
+        (errno.ENOSPC, gp.CorpusError, r"No space left on device; the disk is full"),
+        (errno.EXDEV, ValueError, r"put the output on the parts' file system"),
+    ]:  # fmt: skip
+        monkeypatch.setattr(os, "link", lambda src, dst, e=errno_: link(src, dst, errno_=e))
+        with pytest.raises(error, match=match):
+            merge_corpora([tmp_path / "part"], tmp_path / "deep" / "out", overwrite=True)
+        monkeypatch.undo()
+        assert [d.tolist() for d in gp.open_corpus(tmp_path / "deep" / "out")] == [[1, 2], [3]]
+    assert sorted(os.listdir(tmp_path / "deep")) == ["out"]  # nothing left
 
 
 FILE_SIZE_LIMIT = """

@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import multiprocessing
@@ -538,9 +539,9 @@ def merge_corpora(
 
     Raises:
         CorpusError: A part is not a complete native corpus, its offsets are corrupt, or the
-          parts disagree.
+          parts disagree; a shard cannot be hard-linked (permissions, a full disk).
         CorpusExistsError: ``out`` holds a corpus and ``overwrite`` is false.
-        ValueError: The file system cannot hard-link the shards into ``out``.
+        ValueError: ``out`` is on another file system than the parts (no hard links).
 
     Example:
         >>> import tempfile
@@ -587,13 +588,7 @@ def merge_corpora(
                     "offsets_file": f"offsets-{n:05d}.bin",
                 }
                 for key, name in names.items():
-                    try:
-                        os.link(path / s[key], transaction.staging / name)
-                    except OSError as err:
-                        raise ValueError(
-                            f"cannot hard-link {path / s[key]} into {out} ({err.strerror}); "
-                            "merge never copies tokens: put the output on the parts' file system"
-                        ) from err
+                    _link(path / s[key], transaction.staging / name, out)
                 # Block totals are per corpus-wide blocks of documents: the parts' do not
                 # line up in the merged corpus, so they are recomputed from the offsets.
                 # The offsets file the part was opened with (a map; its identity checked).
@@ -621,8 +616,23 @@ def merge_corpora(
         if "tokenizer" in first:
             manifest["tokenizer"] = first["tokenizer"]
         transaction.write_manifest(manifest)
+        open_corpus(transaction.staging)  # schema and file sizes, before it replaces anything
     except BaseException:
         transaction.abort()
         raise
     transaction.publish()
     return open_corpus(out)
+
+
+def _link(file: Path, link: Path, out: Path) -> None:
+    """Hard-links the file ``file`` names (a symbolic link is followed: ``os.link`` would link
+    the link itself, whose relative target may not resolve from ``out``) as ``link``."""
+    try:
+        os.link(os.path.realpath(file), link)
+    except OSError as err:
+        if err.errno == errno.EXDEV:
+            raise ValueError(
+                f"cannot hard-link {file} into {out} ({err.strerror}); merge never copies "
+                "tokens: put the output on the parts' file system"
+            ) from err
+        raise os_error(err, f"merging into {out} (nothing was published): hard-linking") from err
