@@ -332,6 +332,25 @@ def test_an_interrupted_shuffle_keeps_the_tokenized_corpus(tmp_path, capsys, mon
     assert "pass --overwrite" in capsys.readouterr().err and parts == []
 
 
+def test_a_shuffle_build_that_cannot_record_its_key_leaves_nothing(tmp_path, capsys, monkeypatch):
+    (tmp_path / "a.jsonl").write_text('{"text": "doc"}\n')
+    argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--workers", "1"]
+    write_text = type(tmp_path).write_text
+
+    def full(path, *args, **kwargs):
+        if path.name.endswith(".key"):
+            raise OSError(28, "No space left on device", str(path))
+        return write_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(type(tmp_path), "write_text", full)
+    assert main([*argv, "--shuffle", "3", "-o", str(tmp_path / "o")]) == 1
+    assert capsys.readouterr().err == (  # was a bare OSError, and the copy stayed
+        f"grainpack build: error: writing {tmp_path}/.o.unshuffled.key: No space left on "
+        "device; the disk is full: free space or write elsewhere\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
+
+
 def test_a_resumed_shuffle_never_takes_another_builds_staged_corpus(tmp_path, capsys, monkeypatch):
     # A text build interrupted while shuffling, then an ids build of the same -o interrupted
     # the same way: the staged corpus is the ids build's now, and the text build's plan

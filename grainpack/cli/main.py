@@ -564,7 +564,13 @@ def _build_text(args: argparse.Namespace) -> None:
     else:
         src = build_corpus(args.inputs, args.output, workers=args.workers, **kwargs)
     if key is not None:
-        key_file.write_text(json.dumps({"plan": key, "fingerprint": src.fingerprint}))
+        try:
+            key_file.write_text(json.dumps({"plan": key, "fingerprint": src.fingerprint}))
+        except OSError as err:  # a full disk: the copy could not be resumed, so it goes too
+            from grainpack.corpus.errors import os_error
+
+            _drop_staged(Path(args.output))
+            raise os_error(err, "writing", key_file) from err
     print(
         f"{_built(args)}: {src.num_documents:,} documents, {src.num_tokens:,} tokens, "
         f"{src.dtype}, {len(src.shards)} shard(s), tokenizer {tokenizer!r}"
