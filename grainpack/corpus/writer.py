@@ -21,10 +21,10 @@ import json
 import os
 import shutil
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -190,6 +190,17 @@ class _Stream:
             self.max_id = max(self.max_id, int(tokens.max()))
 
 
+@contextlib.contextmanager
+def _naming(file: BinaryIO) -> Iterator[None]:
+    """Names ``file`` in an ``OSError`` raised inside (a full disk's names no file)."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None:
+            err.filename = file.name
+        raise
+
+
 class _ShardFiles:
     """One shard being written: token and offset files with running sha256 digests.
 
@@ -241,9 +252,11 @@ class _ShardFiles:
 
     def _write(self, tokens: np.ndarray, ends: list[int]) -> None:
         offsets = np.array(ends, dtype="<i8")
-        self.tokens.write(tokens.data)
+        with _naming(self.tokens):
+            self.tokens.write(tokens.data)
         self.tokens_hash.update(tokens.data)
-        self.offsets.write(offsets.data)
+        with _naming(self.offsets):
+            self.offsets.write(offsets.data)
         self.offsets_hash.update(offsets.data)
         self.stream.update(tokens, offsets + self.base)
 
@@ -255,8 +268,9 @@ class _ShardFiles:
             f.flush()
             os.fsync(f.fileno())
         for f in (self.tokens, self.offsets):
-            f.flush()
-            os.fsync(f.fileno())
+            with _naming(f):
+                f.flush()
+                os.fsync(f.fileno())
             f.close()
         return {
             "tokens_file": self.tokens_file,
