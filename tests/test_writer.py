@@ -267,6 +267,16 @@ def test_an_old_corpus_that_cannot_be_deleted_does_not_undo_or_block_writes(tmp_
     assert _leftovers(path) == []  # the next write removed them all
 
 
+def test_publishing_syncs_the_folders_made_for_the_corpus(tmp_path, monkeypatch):
+    from grainpack.corpus import transaction as module
+
+    synced, fsync_dir = [], module._fsync_dir
+    monkeypatch.setattr(module, "_fsync_dir", lambda d: (synced.append(d), fsync_dir(d)))
+    write_corpus(tmp_path / "x" / "y" / "c", [[1]])  # x and y are made for it
+    assert synced[1:] == [tmp_path / "x" / "y", tmp_path / "x", tmp_path]
+    assert synced[0].name.startswith(".c.tmp-")  # the staging folder, before publishing
+
+
 def test_corpus_writer_refuses_a_mount_point(tmp_path, monkeypatch):
     path = tmp_path / "c"
     path.mkdir()

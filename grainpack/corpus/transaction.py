@@ -13,9 +13,10 @@ A write is a transaction. For a target ``DIR/NAME`` (symbolic links resolved):
 3. ``close()`` publishes the folder with one atomic rename that never replaces a corpus
    unless ``overwrite=True``: onto a free path (``renameat2(RENAME_NOREPLACE)``), else by
    exchanging it with what is there (``renameat2(RENAME_EXCHANGE)``: an empty folder, the
-   leftovers of an older writer, or the old corpus), whose files are then deleted. Where the
-   file system cannot exchange, the old folder is renamed aside first: a crash between the
-   two renames leaves nothing at ``DIR/NAME`` until the next write restores the old corpus.
+   leftovers of an older writer, or the old corpus), whose files are deleted once the folder
+   holding ``NAME`` (and any folder made for it) is fsync'd. Where the file system cannot
+   exchange, the old folder is renamed aside first: a crash between the two renames leaves
+   nothing at ``DIR/NAME`` until the next write restores the old corpus.
 
 So ``DIR/NAME`` holds the old complete corpus or the new one at every instant, never a mix and
 (on Linux file systems that exchange: ext4, xfs, btrfs, tmpfs, ...) never nothing; a failed or
@@ -253,6 +254,8 @@ class Transaction:
     def __init__(self, path: PathLike, *, overwrite: bool) -> None:
         self.path, self.overwrite = Path(path), overwrite
         self.target = target = _target(self.path)
+        made = [p for p in target.parents if not p.exists()]  # their entries are synced too
+        self._synced = [target.parent, *(p.parent for p in made)]
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             self._lock = _Lock(target)
@@ -320,7 +323,8 @@ class Transaction:
             raise
         self._cleanup.detach()  # published: what is left to do must not undo it
         try:
-            _fsync_dir(self.target.parent)
+            for folder in self._synced:  # the new corpus's entry, then its new folders'
+                _fsync_dir(folder)
             # The replaced folder: readers that mapped its files keep them until they unmap.
             if replaced is not None and replaced.exists():
                 _remove(replaced, f"{self.path} was published, but the corpus it replaced")
