@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.cli import bench
+from grainpack.cli import bench, bench_build
 from grainpack.cli.bench import document_lengths
 from grainpack.cli.main import main
 
@@ -48,6 +48,9 @@ def test_cli_bench_passes_its_options(tmp_path, monkeypatch):
          "json_path": str(tmp_path / "b.json")},
         {**default, "json_path": None},
     ]  # fmt: skip
+    monkeypatch.setattr(bench_build, "run_build_benchmark", lambda **kw: calls.append(kw))
+    assert main(["bench", "--build", "--passes", "3"]) == main(["bench", "--build"]) == 0
+    assert [call["passes"] for call in calls[2:]] == [3, 2]  # --passes was ignored
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from grainpack.cli.bench_build import format_build_table, run_build_benchmark
 def test_build_benchmark_runs_and_agrees(tmp_path, capsys):
     path = tmp_path / "build.json"
     results = run_build_benchmark(
-        megabytes=1, directory=tmp_path, vocab_size=300, workers=2, json_path=path
+        megabytes=1, directory=tmp_path, vocab_size=300, workers=2, passes=1, json_path=path
     )
     assert json.loads(path.read_text()) == results
     runs = results["runs"]

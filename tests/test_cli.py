@@ -594,6 +594,10 @@ def test_output_cut_short_by_the_reader_is_not_an_error_message(corpus):
         (["--scale", "--tokens", "5"], "--tokens applies to the throughput benchmark"),
         (["--scale", "--directory", "/nonexistent/x"], "--directory /nonexistent/x: no such"),
         (["--build", "--megabytes", "0"], "argument --megabytes: must be >= 1, got 0"),
+        (["--scale", "--boundary-documents", "1"], "ends at step 0, too soon for two ranges"),
+        (["--scale", "--passes", "3"], "--passes applies to the throughput benchmark (no"),
+        (["--json", "/nonexistent/b.json"], "--json /nonexistent/b.json: cannot write a file in"),
+        (["--tokens", "32783"], "tokens must be an int >= 32784"),  # the limit's two batches
     ],
 )
 def test_bench_refuses_bad_and_ignored_options_before_any_work(capsys, args, message):

@@ -74,4 +74,5 @@ def test_bench_scale_from_the_command_line(tmp_path, capsys):
     stall = results["boundary_stall"]
     assert stall["ratio"] > 0
     assert stall["around"]["first_step"] == stall["boundary_step"] - stall["batches"] // 2
+    assert stall["away"]["first_step"] + stall["batches"] <= stall["around"]["first_step"]
     assert list(tmp_path.iterdir()) == [out]  # the corpora are deleted

@@ -411,8 +411,9 @@ def run_benchmarks(
     """
     if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
         raise ValueError(f"passes must be an int >= 1; got {passes=}")
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 4 * (BLOCK + 1):
-        raise ValueError(f"tokens must be an int >= {4 * (BLOCK + 1)}; got {tokens=}")
+    least = 2 * BATCH * (BLOCK + 1)  # the limit copies a batch of rows from each source
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < least:
+        raise ValueError(f"tokens must be an int >= {least}; got {tokens=}")
     if quick:
         tokens, passes = min(tokens, 2_000_000), min(passes, 2)
         latency_batches = min(latency_batches, 300)

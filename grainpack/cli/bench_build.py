@@ -269,7 +269,7 @@ def run_build_benchmark(
     directory: str | os.PathLike[str] | None = None,
     workers: int | None = None,
     vocab_size: int = VOCAB,
-    passes: int = 1,
+    passes: int = 2,
     json_path: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Runs the three builds on the same text and prints tokens/s and ratios to the limit.

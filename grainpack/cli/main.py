@@ -221,7 +221,7 @@ def _parser() -> argparse.ArgumentParser:
         "token)",
     )
     p.add_argument(
-        "--passes", type=_positive, help="timed passes per figure (default 5; --build: 1)"
+        "--passes", type=_positive, help="timed passes per figure (default 5; --build: 2)"
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     p.add_argument("--json", help="also write the results to this JSON file")
@@ -883,15 +883,16 @@ def _number(x: float) -> float | None:
     return None if math.isnan(x) else x
 
 
-# bench options that apply to one mode (None: the throughput benchmark)
+# bench options and the modes they apply to (None: the throughput benchmark)
 BENCH_OPTIONS = {
-    "tokens": None,
-    "quick": None,
-    "megabytes": "build",
-    "documents": "scale",
-    "boundary_documents": "scale",
-    "quality_documents": "scale",
-    "keep": "scale",
+    "tokens": (None,),
+    "quick": (None,),
+    "passes": (None, "build"),
+    "megabytes": ("build",),
+    "documents": ("scale",),
+    "boundary_documents": ("scale",),
+    "quality_documents": ("scale",),
+    "keep": ("scale",),
 }
 
 
@@ -900,18 +901,31 @@ def _bench(args: argparse.Namespace) -> None:
         raise ValueError("give --build or --scale, not both (they are separate benchmarks)")
     mode = "build" if args.build else "scale" if args.scale else None
     defaults = vars(_parser().parse_args(["bench"]))
-    for dest, needs in BENCH_OPTIONS.items():
-        if needs != mode and getattr(args, dest) != defaults[dest]:
-            where = f"bench --{needs}" if needs else "the throughput benchmark (no --build/--scale)"
+    for dest, modes in BENCH_OPTIONS.items():
+        if mode not in modes and getattr(args, dest) != defaults[dest]:
+            where = " and ".join(
+                f"bench --{m}" if m else "the throughput benchmark (no --build/--scale)"
+                for m in modes
+            )
             raise ValueError(f"--{dest.replace('_', '-')} applies to {where} only")
     if args.scale and (args.documents < 1 or args.boundary_documents < 1):
         raise ValueError("--documents and --boundary-documents must be >= 1")
     if args.scale and args.directory is not None and not Path(args.directory).is_dir():
         raise ValueError(f"--directory {args.directory}: no such directory; create it first")
+    if args.json is not None and not os.access(Path(args.json).parent, os.W_OK | os.X_OK):
+        raise ValueError(  # found now, not after the whole run
+            f"--json {args.json}: cannot write a file in {Path(args.json).parent} (missing, or "
+            "not writable); give a path in an existing folder"
+        )
     if args.build:
         from grainpack.cli.bench_build import run_build_benchmark
 
-        run_build_benchmark(megabytes=args.megabytes, directory=args.directory, json_path=args.json)
+        run_build_benchmark(
+            megabytes=args.megabytes,
+            directory=args.directory,
+            passes=args.passes or 2,
+            json_path=args.json,
+        )
         return
     if args.scale:
         from grainpack.cli.scale import run_scale_benchmarks

@@ -275,11 +275,8 @@ def boundary_stall(path: str, *, batches: int = WINDOW_BATCHES, repeats: int = 3
 
     config = _config(path, _blocked())
     pipeline = PipelineBatches(config)
-    boundary = pipeline.rows(0).rows_per_epoch // BATCH  # the batch that crosses into epoch 1
-    warmup = pipeline.steps_per_element
-    batches = max(2, min(batches, boundary - warmup - 1))  # a small corpus: shorter ranges
+    boundary, warmup, batches, starts = stall_ranges(pipeline, batches)
     out: dict[str, Any] = {"boundary_step": boundary, "batches": batches, "repeats": repeats}
-    starts = (max(boundary // 2, warmup + 1), boundary - batches // 2)
     for label, start in zip(("away", "around"), starts):
         wall, cpu = np.empty((repeats, batches)), np.empty((repeats, batches))
         for r in range(repeats):
@@ -308,6 +305,28 @@ def boundary_stall(path: str, *, batches: int = WINDOW_BATCHES, repeats: int = 3
     out["ratio"] = out["around"]["worst_s"] / out["away"]["worst_s"]
     out["cpu_ratio"] = out["around"]["worst_cpu_s"] / out["away"]["worst_cpu_s"]
     return out
+
+
+def stall_ranges(pipeline: Any, batches: int = WINDOW_BATCHES) -> tuple[int, int, int, tuple]:
+    """``(boundary, warmup, batches, (away, around))`` of :func:`boundary_stall`: the step
+    that crosses into epoch 1, the element of warm-up before each range, the batches per
+    range (fewer on a small corpus) and the first step of each range. The two ranges are
+    apart: "away" starts mid-epoch and ends before "around", which straddles the boundary.
+
+    Raises:
+        ValueError: the epoch is too short for two such ranges.
+    """
+    boundary = pipeline.rows(0).rows_per_epoch // BATCH
+    warmup = pipeline.steps_per_element
+    away = max(boundary // 2, warmup + 1)  # after one element of warm-up from step >= 0
+    batches = min(batches, (boundary - away) * 2 // 3)  # away + batches <= around
+    if batches < 2:
+        raise ValueError(
+            f"the boundary corpus's first epoch ends at step {boundary}, too soon for two "
+            f"ranges of batches after {warmup} steps of warm-up (it must end after step "
+            f"{warmup + 4}); give more --boundary-documents (default 10**8)"
+        )
+    return boundary, warmup, batches, (away, boundary - batches // 2)
 
 
 def _state_at(pipeline: Any, step: int) -> dict[str, Any]:
@@ -465,7 +484,7 @@ def run_scale_benchmarks(
         "global_batch_size": BATCH,
     }
     try:
-        for label, n in (("large", documents), ("boundary", boundary_documents)):
+        for label, n in (("boundary", boundary_documents), ("large", documents)):
             t0 = time.perf_counter()
             manifest = write_sparse_corpus(root / label, n)
             results[f"{label}_corpus"] = {
@@ -476,6 +495,10 @@ def run_scale_benchmarks(
                 "write_s": time.perf_counter() - t0,
             }
             print(f"wrote {label} corpus: {results[f'{label}_corpus']}", flush=True)
+            if label == "boundary":  # too small for the stall measurement: say so now
+                from grainpack.pipeline.batches import PipelineBatches
+
+                stall_ranges(PipelineBatches(_config(str(root / label), _blocked())))
         large = str(root / "large")
         state = _in_fresh_process("state", large)
         for cache in ("cold", "warm"):  # corpus files evicted from the page cache, or not
