@@ -161,6 +161,9 @@ def test_show_step_errors_speak_in_flags(corpus, tmp_path, capsys):
     args = ["show-step", "0", "--source", f"a={corpus}", "--block", "8", "--batch-size", "2"]
     assert main([*args, "--processes", "3"]) == 1
     assert "--batch-size 2 is not divisible by --processes 3" in capsys.readouterr().err
+    two = [*args, "--source", f"b={corpus}", "--weight", "a=-1", "--weight", "b=1"]
+    assert main(two) == 1  # not weights['a'], a Python expression
+    assert "error: --weight 'a' must be > 0; got -1.0" in capsys.readouterr().err
     config = tmp_path / "run.json"
     config.write_text(json.dumps({"sources": {"a": str(corpus)}, "blocks": 8}))
     assert main(["show-step", "0", "--config", str(config)]) == 1

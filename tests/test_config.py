@@ -265,7 +265,7 @@ def test_schedule_description_and_weights_by_step():
         ("weights", [(0, {"en": 0.5})], ValueError, "weights stage 0 must name exactly"),
         ("weights", [(0, {"en": 0.5, "fr": 0.6})], ValueError, "weights stage 0 must sum to 1"),
         ("weights", [(0, {"en": 1.0, "fr": 0.0})], ValueError, r"\['fr'\] have weight 0 in every"),
-        ("weights", [(0, {"en": -0.5, "fr": 1.5})], ValueError, r"stage 0\['en'\] must be >= 0"),
+        ("weights", [(0, {"en": -0.5, "fr": 1.5})], ValueError, "'en' in weights stage 0 must be"),
         ("weights", [{"en": 1.0}], TypeError, r"weights stage 0 must be \(start_step"),
         ("weights", [(0,)], ValueError, r"weights stage 0 must be .*got 1 items"),
         ("weights", "ab", TypeError, "or a schedule: a non-empty list of stages"),
@@ -275,7 +275,7 @@ def test_schedule_description_and_weights_by_step():
             ValueError,
             "weights: stage 1 .*ramp of 9 steps runs past",
         ),
-        ("premiums", [(0, {"en": 0.0, "fr": 1.0})], ValueError, r"premiums stage 0\['en'\]"),
+        ("premiums", [(0, {"en": 0.0, "fr": 1.0})], ValueError, r"'en' in premiums stage 0"),
         ("weights", gp.MixtureBandit(["fr", "en"], stage_steps=5), ValueError, "in this order"),
         # hashed as 64 bits: the blocked order's windows unit gave seed 0's batches
         ("seed", 2**64 + 3, ValueError, r"seed must be below 2\*\*64 .* would act as 3\)"),

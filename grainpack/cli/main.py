@@ -833,6 +833,8 @@ def _in_flags(message: str, flags: Mapping[str, str] | None = None) -> str:
     """
     for pattern, flag in _FLAGS:
         message = pattern.sub(flag, message)
+    if flags and "weight" in flags:  # given as --weight NAME=P
+        message = re.sub(r"\bweights\[('[^']*')\]", r"--weight \1", message)
     for name, flag in (flags or {}).items():
         message = re.sub(rf"(?<![-\w.]){name}=", f"{flag} ", message)
         if "_" in name:  # plain words (seed, field, output) stay words

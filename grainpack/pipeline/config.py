@@ -220,7 +220,7 @@ class PipelineConfig:
             )
         return {
             name: check_float(
-                f"{field}[{name!r}]",
+                f"{name!r} in {field}" if " stage " in field else f"{field}[{name!r}]",
                 value[name],
                 0.0,
                 math.inf,
