@@ -458,6 +458,8 @@ def test_show_step_with_a_schedule(corpus, tmp_path, capsys):
     assert "weights: a=0.5000 b=0.5000 (schedule from 0: 0.875/0.125; from 4 ramp 4" in out
     assert main(["show-step", "6", *flags, "--stage", "x:a=1"]) == 1
     assert "--stage must look like STEP[+RAMP]:NAME=P" in capsys.readouterr().err
+    assert main(["show-step", "6", *flags, "--stage", "9+x:a=1,b=0"]) == 1
+    assert "got '9+x:a=1,b=0' (RAMP 'x' is not a whole number)" in capsys.readouterr().err
     assert main(["show-step", "6", *flags, "--weight", "a=1"]) == 1
     assert "either --weight (fixed weights) or --stage" in capsys.readouterr().err
 

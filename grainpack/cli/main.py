@@ -358,6 +358,9 @@ def _stage(text: str) -> tuple[int, dict[str, float], int]:
     when, _, weights = text.partition(":")
     start, _, ramp = when.partition("+")
     try:
+        for what, number in (("STEP", start), ("RAMP", ramp or "0")):
+            if not number.strip().isdigit():
+                raise ValueError(f"{what} {number!r} is not a whole number")
         return int(start), _pairs(weights.split(","), "--stage weights", float), int(ramp or 0)
     except ValueError as err:
         raise ValueError(
