@@ -134,11 +134,16 @@ def run_demo(
         f"the same texts in Greek letters take {premium:.2f}x the tokens of the English ones,\n"
         "so content mode gives Greek that many times the English share of tokens:"
     )
-    print(f"{'source':>8} {'target':>8} {'realized':>9} {'rows':>7} {'epochs':>7} {'real':>7}")
-    for a in mixture_accounting(config, steps).values():
+    accounts = mixture_accounting(config, steps).values()
+    wide = max(7, *(len(f"{a.rows:,}") for a in accounts))  # many --steps: wider columns
+    print(
+        f"{'source':>8} {'target':>8} {'realized':>9} {'rows':>{wide}} {'epochs':>{wide}} "
+        f"{'real':>7}"
+    )
+    for a in accounts:
         print(
-            f"{a.name:>8} {a.target_share:8.3f} {a.realized_share:9.3f} {a.rows:7,} "
-            f"{a.epochs:7.2f} {a.real_share:7.4f}"
+            f"{a.name:>8} {a.target_share:8.3f} {a.realized_share:9.3f} {a.rows:{wide},} "
+            f"{a.epochs:{wide}.2f} {a.real_share:7.4f}"
         )
     print(
         "  target: share of rows the mix aims at; realized: share taken so far;\n"
