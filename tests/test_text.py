@@ -171,6 +171,13 @@ def test_find_inputs_globs_directories_and_errors(tmp_path):
         find_inputs(f"{tmp_path}/*.parquet")
     with pytest.raises(FileNotFoundError, match="no such input file"):
         find_inputs(tmp_path / "missing.jsonl")
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "gone.jsonl")  # named, or in a folder
+    with pytest.raises(FileNotFoundError, match=r"link.jsonl: a symbolic link to \S+gone.jsonl"):
+        find_inputs(tmp_path / "link.jsonl")
+    (tmp_path / "d" / "sub" / "z.jsonl").symlink_to("gone.jsonl")
+    broken = r"z.jsonl: a symbolic link to gone.jsonl, which does not exist"
+    with pytest.raises(ValueError, match=broken), pytest.warns(UserWarning, match="skip.csv"):
+        find_inputs(tmp_path / "d")
     with pytest.raises(ValueError, match="unknown input format"):
         find_inputs(tmp_path / "d" / "skip.csv")
     (tmp_path / "empty").mkdir()

@@ -120,6 +120,8 @@ def _expand(item: str) -> list[Path]:
     if path.is_dir():
         return _folder_files(path, stacklevel=5)
     if not path.exists():
+        if path.is_symlink():
+            raise FileNotFoundError(_broken_link(path))
         raise FileNotFoundError(f"{path}: no such input file or directory")
     return [path]
 
@@ -208,6 +210,13 @@ def _parquet_groups(path: Path, field: str) -> tuple[tuple[int, int], ...]:
     )
 
 
+def _broken_link(path: Path) -> str:
+    return (
+        f"{path}: a symbolic link to {os.readlink(path)}, which does not exist; fix or remove "
+        "the link"
+    )
+
+
 def find_inputs(inputs: PathLike | Sequence[PathLike], *, field: str = "text") -> list[InputFile]:
     """The input files, in order: paths as given; a directory or a glob stands for its sorted
     files of a known format (directories recursively).
@@ -245,6 +254,8 @@ def find_inputs(inputs: PathLike | Sequence[PathLike], *, field: str = "text") -
             with open(path, "rb") as f:
                 f.read(1)
         except OSError as err:
+            if isinstance(err, FileNotFoundError) and path.is_symlink():
+                raise ValueError(_broken_link(path)) from err
             raise ValueError(f"{path}: cannot read the file ({err.strerror})") from err
         if (first := named.setdefault((stat.st_dev, stat.st_ino), path)) is not path:
             raise ValueError(
