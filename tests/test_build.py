@@ -303,7 +303,6 @@ def test_merge_follows_symlinked_shards_and_names_why_a_link_failed(tmp_path, mo
         (errno.EPERM, gp.CorpusError, r"merging into \S+ \(nothing was published\): hard-linking "
          r"\S+/store/tokens-00000.bin: Operation not permitted; make it accessible"),
         (errno.ENOSPC, gp.CorpusError, r"No space left on device; the disk is full"),
-        (errno.EXDEV, ValueError, r"put the output on the parts' file system"),
     ]:  # fmt: skip
         monkeypatch.setattr(os, "link", lambda src, dst, e=errno_: link(src, dst, errno_=e))
         with pytest.raises(error, match=match):
@@ -311,6 +310,19 @@ def test_merge_follows_symlinked_shards_and_names_why_a_link_failed(tmp_path, mo
         monkeypatch.undo()
         assert [d.tolist() for d in gp.open_corpus(tmp_path / "deep" / "out")] == [[1, 2], [3]]
     assert sorted(os.listdir(tmp_path / "deep")) == ["out"]  # nothing left
+    # a shard truncated after its part was opened: the merged corpus is refused unpublished
+    monkeypatch.setattr(build, "_link", lambda file, link, out: link.write_bytes(b""))
+    with pytest.raises(gp.CorpusError, match=r"tokens-00000\.bin: has 0 bytes, expected 6"):
+        merge_corpora([tmp_path / "part"], tmp_path / "deep" / "out", overwrite=True)
+    monkeypatch.undo()
+    assert [d.tolist() for d in gp.open_corpus(tmp_path / "deep" / "out")] == [[1, 2], [3]]
+    # a symbolic link to another file system stays a link (to the file itself)
+    monkeypatch.setattr(os, "link", lambda src, dst, e=errno.EXDEV: link(src, dst, errno_=e))
+    merged = merge_corpora([tmp_path / "part"], tmp_path / "other")
+    assert [d.tolist() for d in merged] == [[1, 2], [3]]
+    assert os.readlink(tmp_path / "other" / "tokens-00000.bin") == str(store.shards[0].tokens_path)
+    with pytest.raises(ValueError, match=r"store/tokens-00000.bin into .* parts' file system"):
+        merge_corpora([tmp_path / "store"], tmp_path / "third")  # a file: never copied
 
 
 FILE_SIZE_LIMIT = """

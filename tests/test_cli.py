@@ -76,6 +76,8 @@ def test_inspect_json(corpus, capsys):
 def test_eos_id_on_a_corpus_it_does_not_split_warns(command, corpus, tmp_path, capsys):
     with pytest.warns(UserWarning, match=r"splits only flat-shard .* 6 is only taken as its eos"):
         assert main([command, str(corpus), "--eos-id", "6"]) == 0
+    gp.write_corpus(tmp_path / "eos", [[5, 6]], eos_id=6)
+    assert main([command, str(tmp_path / "eos"), "--eos-id", "6"]) == 0  # its own: no warning
     (tmp_path / "flat").mkdir()
     np.array([5, 6, 7, 6], np.uint16).tofile(tmp_path / "flat" / "s.bin")
     (tmp_path / "flat" / "index.json").write_text('{"s.bin": 4}')
@@ -601,7 +603,8 @@ def test_output_cut_short_by_the_reader_is_not_an_error_message(corpus):
         (["--build", "--megabytes", "0"], "argument --megabytes: must be >= 1, got 0"),
         (["--scale", "--boundary-documents", "1"], "ends at step 0, too soon for two ranges"),
         (["--scale", "--passes", "3"], "--passes applies to the throughput benchmark (no"),
-        (["--json", "/nonexistent/b.json"], "--json /nonexistent/b.json: cannot write a file in"),
+        (["--json", "/nonexistent/b.json"], "--json /nonexistent/b.json: cannot write that"),
+        (["--json", "/"], "--json /: cannot write that file (a folder"),
         (["--tokens", "32783"], "tokens must be an int >= 32784"),  # the limit's two batches
     ],
 )

@@ -267,6 +267,38 @@ def test_an_old_corpus_that_cannot_be_deleted_does_not_undo_or_block_writes(tmp_
     assert _leftovers(path) == []  # the next write removed them all
 
 
+def test_two_renames_never_leave_the_path_empty_nor_restore_a_replaced_corpus(
+    tmp_path, monkeypatch
+):
+    from grainpack.corpus import transaction as module
+
+    path, rename, rmtree = tmp_path / "c", os.rename, module.shutil.rmtree
+    write_corpus(path, [[1]])
+    monkeypatch.setattr(module, "_renameat2", lambda src, dst, flags: False)
+
+    def second_fails(src, dst):  # staging -> c, after c -> .c.old-*
+        if os.fspath(dst) == os.fspath(path) and ".c.tmp-" in os.fspath(src):
+            raise OSError(5, "Input/output error")
+        return rename(src, dst)
+
+    monkeypatch.setattr(module.os, "rename", second_fails)
+    with pytest.raises(CorpusError, match="nothing was published"):
+        write_corpus(path, [[2]], overwrite=True)
+    assert _docs(open_corpus(path)) == [[1]] and _leftovers(path) == []  # back at once
+    monkeypatch.setattr(module.os, "rename", rename)
+
+    def denied(folder, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", os.fspath(folder))
+
+    monkeypatch.setattr(module.shutil, "rmtree", denied)
+    with pytest.warns(UserWarning, match="the corpus it replaced"):
+        write_corpus(path, [[3]], overwrite=True)
+    assert [name.split("-")[0] for name in _leftovers(path)] == [".c.tmp"]  # not .c.old
+    monkeypatch.setattr(module.shutil, "rmtree", rmtree)
+    rmtree(path)  # the user deletes the corpus: the replaced one must not come back
+    assert _docs(write_corpus(path, [[4]])) == [[4]] and _leftovers(path) == []
+
+
 def test_publishing_syncs_the_folders_made_for_the_corpus(tmp_path, monkeypatch):
     from grainpack.corpus import transaction as module
 
@@ -275,6 +307,14 @@ def test_publishing_syncs_the_folders_made_for_the_corpus(tmp_path, monkeypatch)
     write_corpus(tmp_path / "x" / "y" / "c", [[1]])  # x and y are made for it
     assert synced[1:] == [tmp_path / "x" / "y", tmp_path / "x", tmp_path]
     assert synced[0].name.startswith(".c.tmp-")  # the staging folder, before publishing
+
+    def fails(folder):  # an fsync error names no file: the message names the folder
+        if folder == tmp_path / "u":
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(module, "_fsync_dir", fails)
+    with pytest.raises(CorpusError, match=rf"c was published, .*: syncing {tmp_path / 'u'}: In"):
+        write_corpus(tmp_path / "u" / "v" / "c", [[1]])
 
 
 def test_corpus_writer_refuses_a_mount_point(tmp_path, monkeypatch):

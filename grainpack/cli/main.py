@@ -645,8 +645,15 @@ def _splits(path: Path) -> bool:
 
 
 def _warn_unsplit(args: argparse.Namespace) -> None:
-    """``--eos-id`` splits only a flat-shard directory; of another corpus it is only recorded."""
-    if args.eos_id is not None and not _splits(Path(args.path)):
+    """``--eos-id`` splits only a flat-shard directory; of another corpus that records none
+    it is only recorded."""
+    from grainpack.corpus.formats import open_corpus
+
+    if (
+        args.eos_id is not None
+        and not _splits(Path(args.path))
+        and open_corpus(args.path).eos_id is None  # else the same id: opening checked it
+    ):
         warnings.warn(
             f"--eos-id splits only flat-shard directories (index.json): the documents of "
             f"{args.path} are as stored, and {args.eos_id} is only taken as its eos_id",
@@ -917,10 +924,13 @@ def _bench(args: argparse.Namespace) -> None:
         raise ValueError("--documents and --boundary-documents must be >= 1")
     if args.scale and args.directory is not None and not Path(args.directory).is_dir():
         raise ValueError(f"--directory {args.directory}: no such directory; create it first")
-    if args.json is not None and not os.access(Path(args.json).parent, os.W_OK | os.X_OK):
+    json_file = None if args.json is None else Path(args.json)
+    if json_file is not None and (
+        json_file.is_dir() or not os.access(json_file.parent, os.W_OK | os.X_OK)
+    ):
         raise ValueError(  # found now, not after the whole run
-            f"--json {args.json}: cannot write a file in {Path(args.json).parent} (missing, or "
-            "not writable); give a path in an existing folder"
+            f"--json {args.json}: cannot write that file (a folder, or in a folder missing or "
+            "not writable); give a file path in an existing folder"
         )
     if args.build:
         from grainpack.cli.bench_build import run_build_benchmark

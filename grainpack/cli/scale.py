@@ -323,8 +323,8 @@ def stall_ranges(pipeline: Any, batches: int = WINDOW_BATCHES) -> tuple[int, int
     if batches < 2:
         raise ValueError(
             f"the boundary corpus's first epoch ends at step {boundary}, too soon for two "
-            f"ranges of batches after {warmup} steps of warm-up (it must end after step "
-            f"{warmup + 4}); give more --boundary-documents (default 10**8)"
+            f"ranges of batches after {warmup} steps of warm-up (it must end at step "
+            f"{warmup + 4} or later); give more --boundary-documents (default 10**8)"
         )
     return boundary, warmup, batches, (away, boundary - batches // 2)
 

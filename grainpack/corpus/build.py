@@ -626,10 +626,15 @@ def merge_corpora(
 
 def _link(file: Path, link: Path, out: Path) -> None:
     """Hard-links the file ``file`` names (a symbolic link is followed: ``os.link`` would link
-    the link itself, whose relative target may not resolve from ``out``) as ``link``."""
+    the link itself, whose relative target may not resolve from ``out``) as ``link``; a
+    symbolic link to another file system stays one, to the same file."""
+    real = os.path.realpath(file)
     try:
-        os.link(os.path.realpath(file), link)
+        os.link(real, link)
     except OSError as err:
+        if err.errno == errno.EXDEV and real != os.path.abspath(file):
+            os.symlink(real, link)
+            return
         if err.errno == errno.EXDEV:
             raise ValueError(
                 f"cannot hard-link {file} into {out} ({err.strerror}); merge never copies "

@@ -263,8 +263,8 @@ def not_a_corpus(path: Path) -> str:
     try:
         if path.is_dir() and any(SHARD_FILE.fullmatch(p.name) for p in path.iterdir()):
             hint = (
-                " It holds shard files but no manifest: the write was interrupted (by an "
-                "older grainpack); rewrite it."
+                " It holds shard files but no manifest: a write interrupted by an older "
+                "grainpack, or a copy cut short; write it again with overwrite=True."
             )
         elif path.name in (MANIFEST_NAME, "index.json") and path.is_file():
             hint = f" {path.name} is a file of the corpus: open its folder, {path.parent}."

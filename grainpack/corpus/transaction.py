@@ -26,6 +26,7 @@ next read (:class:`~grainpack.corpus.source.FileIdentity`) instead of mixing old
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -324,16 +325,21 @@ class Transaction:
         self._cleanup.detach()  # published: what is left to do must not undo it
         try:
             for folder in self._synced:  # the new corpus's entry, then its new folders'
-                _fsync_dir(folder)
+                try:
+                    _fsync_dir(folder)
+                except OSError as err:  # the old corpus stays beside it: the next write
+                    raise os_error(  # removes it
+                        err,
+                        f"{self.path} was published, but a crash may still undo it: syncing",
+                        folder,
+                    ) from err
+            if replaced is not None and replaced != self.staging:  # set aside by two renames:
+                with contextlib.suppress(OSError):  # named as staging, no later write takes
+                    os.rename(replaced, self.staging)  # it for an overwrite to roll back
+                    replaced = self.staging
             # The replaced folder: readers that mapped its files keep them until they unmap.
             if replaced is not None and replaced.exists():
                 _remove(replaced, f"{self.path} was published, but the corpus it replaced")
-        except OSError as err:  # the old corpus stays beside it; the next write removes it
-            raise os_error(
-                err,
-                f"{self.path} was published, but a crash may still undo it: syncing",
-                self.target.parent,
-            ) from err
         finally:
             self._lock.release()
 
@@ -348,7 +354,11 @@ class Transaction:
             return staging
         aside = target.parent / f".{target.name}.old-{self._token}"
         os.rename(target, aside)
-        os.rename(staging, target)  # a crash before this line: the next write restores
+        try:
+            os.rename(staging, target)  # a crash before this line: the next write restores
+        except BaseException:
+            os.rename(aside, target)  # nothing was published: the old corpus goes back now
+            raise
         return aside
 
     def abort(self) -> None:

@@ -263,7 +263,7 @@ class _ShardFiles:
     def finish(self) -> dict[str, Any]:
         self.flush()
         summary = self.summary.to_bytes()
-        with open(self.directory / self.summary_file, "wb") as f:
+        with open(self.directory / self.summary_file, "wb") as f, _naming(f):
             f.write(summary)
             f.flush()
             os.fsync(f.fileno())
