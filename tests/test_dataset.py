@@ -494,7 +494,10 @@ def test_workers_stop_with_the_context_manager_or_quietly_at_exit(tmp_path):
         "    it = iter(gp.make_dataset(cfg, worker_count=2))\n"
         "    print([int(next(it)['inputs'][0, 0]) for _ in range(3)])",
     )
-    assert (out.returncode, out.stderr) == (0, "")
+    # Grain's own notice, at every import with jaxlib older than its profiling hooks
+    notice = "WARNING:absl:Grain multiprocess worker profiling requires jaxlib extension"
+    stderr = [line for line in out.stderr.splitlines() if not line.startswith(notice)]
+    assert (out.returncode, stderr) == (0, [])
     assert out.stdout.split() == ["True", "[1,", "37,", "73]"]
 
 

@@ -591,8 +591,9 @@ def read_documents(piece: TextSlice, *, field: str = "text", lines: bool = False
         raise ValueError(f"{piece.file.path}: corrupt or truncated file ({err})") from err
     except ValueError:
         raise
-    except Exception as err:  # zstandard.ZstdError, pyarrow's ArrowInvalid, ...
-        if type(err).__module__.split(".")[0] in ("zstandard", "pyarrow"):
+    except Exception as err:  # zstandard.ZstdError (module "zstd" before 0.25), ArrowInvalid
+        kind = type(err)
+        if kind.__name__ == "ZstdError" or kind.__module__.split(".")[0] == "pyarrow":
             raise ValueError(f"{piece.file.path}: corrupt or unreadable file ({err})") from err
         raise
     _check_unchanged(piece.file)
