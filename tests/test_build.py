@@ -511,3 +511,21 @@ def test_corpora_without_a_tokenizer_keep_their_fingerprint(tmp_path):
     manifest.write_text(manifest.read_text().replace('{\n  "kind": "x"\n }', '"x"'))
     with pytest.raises(gp.CorpusError, match=r"tokenizer='x' \(expected an object"):
         gp.open_corpus(tmp_path / "b")
+
+
+def test_a_script_without_a_main_guard_is_told_so(tmp_path):
+    # spawned workers import the script, which built again: "another build is in progress"
+    write_input(tmp_path / "a.jsonl", TEXTS[:50])
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import grainpack as gp\n"
+        f"gp.build_corpus({str(tmp_path / 'a.jsonl')!r}, {str(tmp_path / 'out')!r}, "
+        "tokenizer='bytes', workers=2, part_bytes=1000)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert out.returncode == 1
+    guard = 'must call it under `if __name__ == "__main__":`, or each worker builds again'
+    assert f"RuntimeError: a script that calls build_corpus with workers {guard}" in out.stderr
+    assert "If it died at start, its error is above: a script" in out.stderr
+    assert "another build" not in out.stderr

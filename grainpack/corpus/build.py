@@ -222,6 +222,13 @@ def _worker_part(plan: BuildPlan, index: int, path: str) -> tuple[int, int]:
         raise
 
 
+# Workers are spawned: each imports the main module of the process that starts them.
+_UNGUARDED = (
+    "a script that calls build_corpus with workers must call it under "
+    '`if __name__ == "__main__":`, or each worker builds again as it starts'
+)
+
+
 class WorkerDied(ChildProcessError):
     """A build worker process died (killed, or out of memory) while building a part."""
 
@@ -428,6 +435,8 @@ def build_corpus(
     workers = (os.cpu_count() or 1) if workers is None else workers
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int or None, got {workers=}")
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(_UNGUARDED)  # a worker importing the script that started it
     plan = plan_build(
         inputs,
         tokenizer=tokenizer,
@@ -492,7 +501,8 @@ def _run_processes(plan: BuildPlan, todo: list[Path], workers: int, bar: Progres
                     raise WorkerDied(
                         "a build worker process died (killed, or out of memory?); the complete "
                         f"parts are kept in {todo[0].parent}: run the same command again to "
-                        "build the rest (with fewer workers if memory ran out)"
+                        "build the rest (with fewer workers if memory ran out). If it died at "
+                        f"start, its error is above: {_UNGUARDED}"
                     ) from None
                 bar.part_done((documents - seen[index][0], tokens - seen[index][1]))
     except BaseException:
