@@ -70,6 +70,7 @@ def test_convert_jsonl_reads_field_skips_blank_lines_and_gzip(tmp_path):
             '{"input_ids": [1]}\n{"input_ids": [2,\n',
             r"bad\.jsonl:2: invalid JSON \(Expecting value at char 18 ",
         ),
+        ('{"input_ids": [1], "p": -Infinity}\n', r"bad\.jsonl:1: .*\(-Infinity is not JSON"),
         (
             '{"input_ids": [1]}\n{"tokens": [2]}\n',
             r"bad\.jsonl:2: .*found \['tokens'\]; pass field=",

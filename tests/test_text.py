@@ -260,6 +260,7 @@ def test_jsonl_errors_name_the_file_and_byte(tmp_path):
         ('{"text": "ok"}\n[1, 2]\n', r"\(found list\)"),
         ('{"text": "ok"}\n{"text": \n', r"at byte 15 \(Expecting value at char 10 of the line\)"),
         ('{"text": "ok"}\n{"text": "a\x01"}\n', r"byte 15 \(Invalid control character at char 11 "),
+        ('{"text": "ok", "p": NaN}\n', r"byte 0 cannot be read \(NaN is not JSON; write null"),
         ('{"text": "ok"}\n{"text": "a\\ud800"}\n', r"byte 15 holds a lone surrogate \('\\ud800'"),
         # UTF-8 that encodes a surrogate (json.loads of bytes lets it through)
         (b'{"text": "ok"}\n{"text": "a\xed\xa0\x80b"}\n', "not UTF-8 text at byte 26"),
@@ -293,7 +294,7 @@ def test_a_text_key_in_another_object_is_no_repeat(tmp_path):
 
 def test_jsonl_byte_order_marks_are_skipped(tmp_path):
     bom, line = b"\xef\xbb\xbf", b'{"text": "x"}\n'
-    (tmp_path / "a.jsonl").write_bytes(bom + line + bom + line)  # files joined with cat
+    (tmp_path / "a.jsonl").write_bytes(bom + line + bom + line + bom + b"\n")  # joined by cat
     (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(bom + line) + gzip.compress(bom + line))
     for name in ("a.jsonl", "b.jsonl.gz"):
         (file,) = find_inputs(tmp_path / name)

@@ -20,7 +20,7 @@ import tqdm
 
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.source import TokenShardSource
-from grainpack.corpus.text import json_problem, repeated_key
+from grainpack.corpus.text import json_problem, load_json, repeated_key
 from grainpack.corpus.writer import CorpusWriter, copy_dtype, open_to_copy
 
 __all__ = ["convert_corpus", "convert_jsonl", "convert_npy"]
@@ -213,7 +213,7 @@ def convert_jsonl(
                 if not line.strip():
                     continue
                 try:
-                    record = json.loads(line)
+                    record = load_json(line)
                 except UnicodeDecodeError as err:
                     raise ValueError(
                         f"{path}:{lineno}: not UTF-8 text at byte {err.start} of the line "

@@ -414,6 +414,29 @@ def _decode_error(path: str, position: int, err: UnicodeDecodeError) -> ValueErr
     )
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON; write null or a string")
+
+
+_STRICT = json.JSONDecoder(parse_constant=_not_json)
+
+
+def load_json(text: str | bytes) -> Any:
+    """``json.loads``, but ``NaN``, ``Infinity`` and ``-Infinity`` (no JSON) are refused.
+
+    Example:
+        >>> load_json(b'{"text": "a", "score": 1.5}')
+        {'text': 'a', 'score': 1.5}
+        >>> load_json('{"score": NaN}')
+        Traceback (most recent call last):
+        ...
+        ValueError: NaN is not JSON; write null or a string
+    """
+    if isinstance(text, bytes):  # as json.loads decodes bytes
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    return _STRICT.decode(text)
+
+
 def json_problem(err: json.JSONDecodeError) -> str:
     """What is wrong in a one-line JSON record and where (its character offset), for a message.
 
@@ -455,12 +478,12 @@ def repeated_key(line: bytes, key: str) -> bool:
 def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
     path = piece.file.path
     for position, line in _lines(piece):
-        if not line.strip():
-            continue
         if line.startswith(codecs.BOM_UTF8):  # a byte order mark (files joined with cat)
             line, position = line[len(codecs.BOM_UTF8) :], position + len(codecs.BOM_UTF8)
+        if not line.strip():
+            continue
         try:  # strict: UTF-8 encoding a surrogate is refused (json.loads would pass it)
-            record = json.loads(line.decode("utf-8"))
+            record = load_json(line.decode("utf-8"))
         except UnicodeDecodeError as err:
             raise _decode_error(path, position, err) from None
         except json.JSONDecodeError as err:
