@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -303,6 +305,16 @@ def test_jsonl_byte_order_marks_are_skipped(tmp_path):
     (file,) = find_inputs(tmp_path / "c.jsonl")
     with pytest.raises(ValueError, match="not UTF-8 text at byte 14"):
         list(read_documents(TextSlice(file, 0, file.size)))
+
+
+def test_a_compressed_input_is_closed_once_read(tmp_path):
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(b'{"text": "x"}\n'))
+    (file,) = find_inputs(tmp_path / "a.jsonl.gz")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        assert list(read_documents(TextSlice(file, 0, file.size))) == ["x"]
+        gc.collect()
+    assert caught == []  # was "unclosed file": left to the garbage collector
 
 
 def test_corrupt_and_non_utf8_files(tmp_path):

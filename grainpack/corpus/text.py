@@ -338,9 +338,9 @@ def plan_parts(
 
 
 def _open(file: InputFile) -> IO[bytes]:
+    if file.compression == "gzip":  # it closes the file it opened (not one given to it)
+        return gzip.open(file.path, "rb")  # type: ignore[return-value]
     raw = open(file.path, "rb")  # noqa: SIM115  (closed by the wrapper or the caller)
-    if file.compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     if file.compression == "zstd":
         try:
             import zstandard
