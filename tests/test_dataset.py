@@ -797,6 +797,41 @@ def test_an_exception_inside_next_skips_nothing(two_sources, monkeypatch):
             np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key} of step {step}")
 
 
+@pytest.mark.slow
+def test_a_second_interrupt_inside_the_recovery_skips_nothing(two_sources, monkeypatch):
+    # Ctrl-C twice: once in next(), again while close() stops the workers. The stopped
+    # iterator stayed in place: "Trying to advance a closed iterator", or with the timing
+    # of a real Ctrl-C the batches it had read ahead were skipped.
+    from grainpack.pipeline.elements import ExpandedBatches
+
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=2)
+    expected = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 40)
+    it = iter(gp.make_dataset(cfg, process_index=0, process_count=1, worker_count=2))
+    got = take(it, 5)
+    step, close = ExpandedBatches.__next__, ExpandedBatches.close
+
+    def interrupted_next(self):  # once
+        monkeypatch.setattr(ExpandedBatches, "__next__", step)
+        raise KeyboardInterrupt
+
+    def interrupted_close(self):  # once, as the workers have stopped
+        monkeypatch.setattr(ExpandedBatches, "close", close)
+        close(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ExpandedBatches, "__next__", interrupted_next)
+    monkeypatch.setattr(ExpandedBatches, "close", interrupted_close)
+    with pytest.raises(KeyboardInterrupt):
+        next(it)
+    assert it.get_state()["step"] == 5
+    got += take(it, 35)
+    it.close()
+    for step, (a, b) in enumerate(zip(got, expected)):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key} of step {step}")
+
+
 def test_restarted_workers_start_from_the_counts_of_the_step(two_sources):
     # A worker restart (close(), as after an online-schedule update) sent the workers a
     # pipeline without counts, and each counted every earlier slot from 0: O(t) per restart.

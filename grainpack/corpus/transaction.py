@@ -35,6 +35,7 @@ import multiprocessing
 import os
 import secrets
 import shutil
+import signal
 import threading
 import warnings
 import weakref
@@ -377,10 +378,14 @@ def exit_with_parent() -> None:
     SIGKILL), instead of living on as an orphan that holds its memory and, in a build, the
     lock of the part it writes (the next build of the same output would meet it). A daemon
     thread waits on the parent's sentinel, which is ready once the parent has exited (even
-    before this runs). Does nothing in a main process."""
+    before this runs). The child also ignores SIGINT: a terminal's Ctrl-C reaches the whole
+    process group, and the parent stops its children itself (an interrupted child would
+    print its own traceback, and leave shared memory behind). Does nothing in a main
+    process."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch() -> None:
         parent.join()

@@ -222,15 +222,16 @@ class PipelineIterator(grain.DatasetIterator):
         return self._inner
 
     def __next__(self) -> dict[str, np.ndarray]:
+        step, last = self._step, self._last
         try:
             batch = next(self._open())
+            self._step, self._last = step + 1, batch
         except BaseException:
             # An error or an interrupt (a dead worker, Ctrl-C) may leave the readers and
             # workers past this step: start them again here, so nothing is skipped.
+            self._step, self._last = step, last
             self.close()
             raise
-        self._step += 1
-        self._last = batch
         return batch
 
     def start_prefetch(self) -> None:
@@ -242,9 +243,9 @@ class PipelineIterator(grain.DatasetIterator):
         """Stops the worker processes, if any (the next batch starts them again at the same
         step). Called at interpreter exit for iterators still open."""
         self._registry.discard(self)
-        if self._inner is not None:
-            self._inner.close()
-            self._inner = None
+        inner, self._inner = self._inner, None  # detached first: a Ctrl-C inside close()
+        if inner is not None:  # leaves no half-closed iterator to read from
+            inner.close()
 
     def __enter__(self) -> PipelineIterator:
         return self
