@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
+from grainpack.index.checks import check_bool
 from grainpack.pipeline.expand import COMPACT_KEYS
 
 
@@ -114,7 +115,7 @@ def expand(batch: Mapping[str, Any], *, maxtext_keys: bool = False) -> dict[str,
         "inputs": tokens[:, :-1].astype(jnp.int32),
         "targets": tokens[:, 1:].astype(jnp.int32),
     }
-    if maxtext_keys:
+    if check_bool("maxtext_keys", maxtext_keys):
         out.update(
             inputs_segmentation=segment_ids,
             inputs_position=positions,

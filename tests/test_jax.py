@@ -185,6 +185,8 @@ def test_expand_golden():
     assert np.asarray(out["positions"]).tolist() == [[0, 1, 0], [0, 0, 0], [0, 1, 0]]
     assert np.asarray(out["loss_mask"]).tolist() == [[1, 1, 1], [0, 0, 0], [1, 1, 0]]
     maxtext = gp.expand(batch, maxtext_keys=True)
+    with pytest.raises(TypeError, match="maxtext_keys must be True or False; got 'no'"):
+        gp.expand(batch, maxtext_keys="no")  # was read as true
     assert sorted(maxtext) == [
         "inputs",
         "inputs_position",

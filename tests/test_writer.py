@@ -110,6 +110,15 @@ def test_corpus_writer_interrupted_leaves_no_corpus_and_rewrite_succeeds(tmp_pat
     assert not (tmp_path / "tokens-00007.bin").exists()
 
 
+def test_overwrite_must_be_a_bool_not_a_truthy_value(tmp_path):
+    write_corpus(tmp_path / "c", [[1]])
+    for value in ("no", 1, None):  # "no" replaced the corpus
+        with pytest.raises(TypeError, match=f"overwrite must be True or False; got {value!r}"):
+            write_corpus(tmp_path / "c", [[2]], overwrite=value)
+    assert _docs(open_corpus(tmp_path / "c")) == [[1]]
+    assert _docs(write_corpus(tmp_path / "c", [[2]], overwrite=np.True_)) == [[2]]
+
+
 def test_corpus_writer_failed_overwrite_keeps_the_old_corpus(tmp_path):
     old = write_corpus(tmp_path, [[1]])
     with pytest.raises(RuntimeError), CorpusWriter(tmp_path, overwrite=True) as w:

@@ -44,6 +44,7 @@ from typing import Any
 
 from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
 from grainpack.corpus.native import MANIFEST_NAME, SHARD_FILE, PathLike, leftovers
+from grainpack.index.checks import check_bool
 
 __all__ = ["Transaction", "check_target", "exit_with_parent", "write_lock"]
 
@@ -181,7 +182,7 @@ def check_target(path: PathLike, *, overwrite: bool) -> None:
     """Raises now what publishing a corpus at ``path`` would raise later (a file or foreign
     files in the way, a corpus without ``overwrite``, a mount point), so that a long job
     (a build) fails before its work rather than after."""
-    _replaceable(_target(Path(path)), overwrite)
+    _replaceable(_target(Path(path)), check_bool("overwrite", overwrite))
 
 
 def _replaceable(target: Path, overwrite: bool) -> bool:
@@ -254,7 +255,7 @@ class Transaction:
     """
 
     def __init__(self, path: PathLike, *, overwrite: bool) -> None:
-        self.path, self.overwrite = Path(path), overwrite
+        self.path, self.overwrite = Path(path), check_bool("overwrite", overwrite)
         self.target = target = _target(self.path)
         made = [p for p in target.parents if not p.exists()]  # their entries are synced too
         self._synced = [target.parent, *(p.parent for p in made)]

@@ -36,6 +36,19 @@ def check_int(name: str, value: object, minimum: int | None = 0) -> int:
     return int(value)
 
 
+def check_bool(name: str, value: object) -> bool:
+    """Returns ``value`` as a bool, or raises ``TypeError`` naming it: a flag given as
+    ``"no"`` or ``1`` would be read by its truth and, say, replace a corpus.
+
+    Example:
+        >>> check_bool("overwrite", np.bool_(False))
+        False
+    """
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+    return bool(value)
+
+
 def check_seed(name: str, value: object) -> int:
     """Returns ``value`` as a seed in ``[0, 2**64)``, or raises naming it.
 

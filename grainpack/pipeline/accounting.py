@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from grainpack.curriculum.protocols import Reports
-from grainpack.index.checks import check_float, check_int
+from grainpack.index.checks import check_bool, check_float, check_int
 from grainpack.index.schedule import MixtureSchedule, mean_probabilities
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
@@ -293,9 +293,7 @@ class MixtureMonitor:
         self.batches = _batches(config)
         self.window_steps = check_int("window_steps", window_steps, minimum=1)
         self.max_repeats = None if max_repeats is None else check_int("max_repeats", max_repeats)
-        if not isinstance(hard_cap, bool | np.bool_):
-            raise TypeError(f"hard_cap must be True or False; got {hard_cap!r}")
-        self.hard_cap = bool(hard_cap)
+        self.hard_cap = check_bool("hard_cap", hard_cap)
         min_expected_rows = check_float(
             "min_expected_rows", min_expected_rows, 0.0, math.inf, closed_low=True
         )

@@ -14,7 +14,7 @@ from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.curriculum.protocols import BindsToSource, describe_selector
 from grainpack.curriculum.selectors import PerSource
 from grainpack.index.blocked import BlockedOrder
-from grainpack.index.checks import check_float, check_int, check_seed
+from grainpack.index.checks import check_bool, check_float, check_int, check_seed
 from grainpack.index.orders import SequenceSelector
 from grainpack.index.schedule import MixtureSchedule, Stage, WeightSchedule, probabilities_at
 from grainpack.index.weights import content_probabilities
@@ -129,6 +129,7 @@ class PipelineConfig:
             )
         if not self.sources:
             raise ValueError("sources must be a non-empty mapping name -> corpus path; got {}")
+        object.__setattr__(self, "provenance", check_bool("provenance", self.provenance))
         for name, path in self.sources.items():
             if not isinstance(name, str) or not isinstance(path, str | os.PathLike):
                 raise TypeError(f"sources must map str -> path; got {name!r}: {path!r}")

@@ -25,7 +25,7 @@ import numpy as np
 from absl import flags
 
 from grainpack.corpus.transaction import exit_with_parent
-from grainpack.index.checks import check_int, is_int
+from grainpack.index.checks import check_bool, check_int, is_int
 from grainpack.pipeline.batches import FORMAT_VERSION, MAX_SLOT, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
@@ -531,7 +531,8 @@ def make_dataset(
     batches.sources  # noqa: B018 -- open the corpora now: bad paths fail here, not at next()
     batches.warn_about_sources()
     batches.check_index_memory(max_index_bytes, copies=max(1, worker_count))
-    options = _Options(p, worker_count, worker_buffer_size, ignore_fingerprint_mismatch)
+    ignore = check_bool("ignore_fingerprint_mismatch", ignore_fingerprint_mismatch)
+    options = _Options(p, worker_count, worker_buffer_size, ignore)
     return PipelineDataset(batches, options)
 
 
