@@ -280,6 +280,7 @@ def test_schedule_description_and_weights_by_step():
         # hashed as 64 bits: the blocked order's windows unit gave seed 0's batches
         ("seed", 2**64 + 3, ValueError, r"seed must be below 2\*\*64 .* would act as 3\)"),
         ("provenance", "no", TypeError, "provenance must be True or False; got 'no'"),
+        ("pad_id", None, TypeError, "pad_id must be an int .* got None"),  # failed at next()
     ],
 )
 def test_bad_schedules_are_refused(field, value, error, match):

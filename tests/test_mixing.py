@@ -249,6 +249,12 @@ def test_content_probabilities_rejects_non_positive(premiums):
         content_probabilities(premiums)
 
 
+def test_content_probabilities_of_premiums_summing_past_the_float_range():
+    # only the ratios count (was OverflowError from fsum)
+    assert content_probabilities([1e308, 1e308]) == (0.5, 0.5)
+    assert content_probabilities({"a": 1e308, "b": 1e308 / 4}) == {"a": 0.8, "b": 0.2}
+
+
 def test_token_premiums_length_mismatch():
     with pytest.raises(ValueError, match="one value per language"):
         token_premiums([1.0, 1.2], [4.0])

@@ -152,5 +152,10 @@ def content_probabilities(
     if isinstance(premiums, Mapping):
         return dict(zip(premiums, content_probabilities(list(premiums.values()))))
     prem = _positive_floats("premiums", premiums)
-    total = math.fsum(prem)
+    try:
+        total = math.fsum(prem)
+    except OverflowError:  # a sum past the float range: only the ratios count
+        top = max(prem)
+        prem = [p / top for p in prem]
+        total = math.fsum(prem)
     return tuple(p / total for p in prem)

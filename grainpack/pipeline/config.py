@@ -140,7 +140,7 @@ class PipelineConfig:
         object.__setattr__(self, "seed", check_seed("seed", self.seed))
         for token in ("pad_id", "boundary_id"):
             value = getattr(self, token)
-            if value is None:
+            if value is None and token == "boundary_id":  # none: documents follow directly
                 continue
             object.__setattr__(self, token, check_int(token, value, minimum=0))
             if value > MAX_TOKEN_ID:
