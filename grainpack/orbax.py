@@ -70,7 +70,7 @@ def _saved_description(directory: epath.Path, state_file: str) -> dict[str, Any]
     path = directory / state_file.replace("process_", "pipeline_", 1)
     try:
         saved = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return saved if isinstance(saved, dict) else None
 
@@ -116,7 +116,7 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
                 f"{path}: cannot read the data iterator's state ({err}); expected a readable "
                 "file written by grainpack.CheckpointSave: check the path and its permissions"
             ) from err
-        except ValueError as err:  # JSON and UTF-8 decoding
+        except (ValueError, RecursionError) as err:  # JSON and UTF-8 decoding, deep nesting
             raise ValueError(
                 f"{path}: the data iterator's state is damaged ({type(err).__name__}: {err}); "
                 "expected the JSON written by grainpack.CheckpointSave: restore an earlier "

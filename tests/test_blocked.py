@@ -444,6 +444,9 @@ def test_the_exact_order_refuses_a_corpus_too_large_for_it(corpora):
         gp.make_dataset(config(corpora, order="exact"), process_index=0, process_count=1,
                         max_index_bytes=10_000)  # fmt: skip
     gp.make_dataset(config(corpora), process_index=0, process_count=1, max_index_bytes=10_000)
+    for bad, error in ((float("nan"), TypeError), (-1, ValueError)):  # were accepted
+        with pytest.raises(error, match="max_index_bytes must be"):
+            gp.make_dataset(config(corpora), process_index=0, process_count=1, max_index_bytes=bad)
     # an evaluation pass plans the exact order too: the same guard, for its source only
     exact = config(corpora, order="exact")
     for limit, refused in ((2_000, True), (5_000, False)):  # 34 B a document: fr 80, en 300

@@ -176,6 +176,7 @@ def test_a_wrapped_iterator_saves_its_description_and_names_changes(config, tmp_
     [
         (lambda f: f.write_text(f.read_text()[:20]), "state is damaged .JSONDecodeError"),
         (lambda f: f.write_bytes(b"\xff\xfe"), "state is damaged .UnicodeDecodeError"),
+        (lambda f: f.write_text("[" * 100_000), "state is damaged .RecursionError"),
         (lambda f: (f.unlink(), f.mkdir()), "cannot read the data iterator's state"),
     ],
     ids=["truncated", "binary", "directory"],

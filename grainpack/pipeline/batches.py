@@ -34,6 +34,7 @@ from grainpack.curriculum.protocols import (
     online_revision,
 )
 from grainpack.index.blocked import BlockedRows, BlockSelector
+from grainpack.index.checks import check_int
 from grainpack.index.layout import PackedRows, Part, pack_rows
 from grainpack.index.mixing import SlotMixer
 from grainpack.index.schedule import mean_probabilities
@@ -309,6 +310,8 @@ class PipelineBatches:
           ValueError: the estimate exceeds ``limit``; the message names the estimate and
             ``order=gp.BlockedOrder(...)``.
         """
+        if limit is not None:
+            limit = check_int("max_index_bytes", limit, minimum=0)
         estimate = self.index_bytes(copies)
         if limit is None:
             limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
