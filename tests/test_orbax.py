@@ -179,7 +179,7 @@ def test_a_wrapped_iterator_saves_its_description_and_names_changes(config, tmp_
         (lambda f: f.write_text("[" * 100_000), "state is damaged .RecursionError"),
         (lambda f: (f.unlink(), f.mkdir()), "cannot read the data iterator's state"),
     ],
-    ids=["truncated", "binary", "directory"],
+    ids=["truncated", "binary", "nested", "directory"],
 )
 def test_a_damaged_state_file_is_named(config, tmp_path, damage, message):
     it = iter(gp.make_dataset(config, process_index=0, process_count=1))
