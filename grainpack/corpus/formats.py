@@ -17,7 +17,14 @@ from pathlib import Path
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError, os_error
 from grainpack.corpus.flat import open_flat_layout
 from grainpack.corpus.megatron import open_megatron
-from grainpack.corpus.native import MANIFEST_NAME, PathLike, not_a_corpus, open_native, plain_int
+from grainpack.corpus.native import (
+    MANIFEST_NAME,
+    MAX_TOKEN_ID,
+    PathLike,
+    not_a_corpus,
+    open_native,
+    plain_int,
+)
 from grainpack.corpus.source import TokenShardSource
 from grainpack.index.checks import is_int
 
@@ -51,8 +58,8 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
         (2, 3, [2, 3])
     """
     eos_id = plain_int(eos_id)
-    if eos_id is not None and (not is_int(eos_id) or eos_id < 0):
-        raise ValueError(f"eos_id must be a non-negative int or None, got {eos_id=}")
+    if eos_id is not None and (not is_int(eos_id) or not 0 <= eos_id <= MAX_TOKEN_ID):
+        raise ValueError(f"eos_id must be a token id (an int in [0, 2**31)) or None, got {eos_id=}")
     try:
         return _open(Path(path), eos_id)
     except OSError as err:  # a symlink loop, permissions, ...: name the file and the fix
@@ -72,6 +79,8 @@ def _open(p: Path, eos_id: int | None) -> TokenShardSource:
             return open_native(p, eos_id)
         if os.path.lexists(p / "index.json"):
             return open_flat_layout(p, eos_id=eos_id)
+        raise CorpusError(not_a_corpus(p))
+    if p.is_file() and (p.parent / MANIFEST_NAME).is_file():  # a shard, not a Megatron .bin
         raise CorpusError(not_a_corpus(p))
     prefix = p.with_suffix("") if p.suffix in (".bin", ".idx") else p
     if Path(f"{prefix}.idx").exists() or Path(f"{prefix}.bin").exists():

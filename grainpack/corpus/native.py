@@ -266,7 +266,9 @@ def not_a_corpus(path: Path) -> str:
                 " It holds shard files but no manifest: a write interrupted by an older "
                 "grainpack, or a copy cut short; write it again with overwrite=True."
             )
-        elif path.name in (MANIFEST_NAME, "index.json") and path.is_file():
+        elif path.is_file() and (
+            path.name in (MANIFEST_NAME, "index.json") or (path.parent / MANIFEST_NAME).is_file()
+        ):
             hint = f" {path.name} is a file of the corpus: open its folder, {path.parent}."
         elif path.is_file() and path.name.endswith(_INPUT_SUFFIXES):
             hint = (
