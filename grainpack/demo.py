@@ -129,7 +129,8 @@ def run_demo(
     rate = steps * batch_size * block / (time.perf_counter() - start)
     corpora = ", ".join(f"{k}={v:,} tokens" for k, v in sizes.items())
     print(f"corpora at {Path(paths['en']).parent}: {corpora}")
-    print(f"streamed {steps:,} batches of {batch_size} rows x {block} tokens: {rate:,.0f} tokens/s")
+    batches = f"{steps:,} batch{'es' if steps != 1 else ''}"
+    print(f"streamed {batches} of {batch_size} rows x {block} tokens: {rate:,.0f} tokens/s")
     print(
         f"the same texts in Greek letters take {premium:.2f}x the tokens of the English ones,\n"
         "so content mode gives Greek that many times the English share of tokens:"

@@ -825,6 +825,7 @@ _FLAGS = (
     (re.compile(r"\bdrop vocab_size\b"), "drop --vocab-size"),
     (re.compile(r"pass the name of the text field"), "pass the text field with --field NAME"),
     (re.compile(r"pass the text column as field\b"), "pass the text column with --field NAME"),
+    (re.compile(r"pass pattern= \(--tiktoken-pattern\)"), "pass --tiktoken-pattern"),
 )
 
 
@@ -993,7 +994,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     formatwarning = warnings.formatwarning  # warnings as messages, not source lines
     warnings.formatwarning = lambda message, *_, **__: (
-        f"grainpack {args.command}: warning: {message}\n"
+        f"grainpack {args.command}: warning: {_in_flags(str(message))}\n"
     )
     try:
         COMMANDS[args.command](args)

@@ -165,7 +165,10 @@ class Tokenizer:
 
     def token_id(self, token: str) -> int:
         """The id of a token string such as ``"<|endoftext|>"``; raises if there is none."""
-        raise ValueError(f"the {self.kind} tokenizer has no token strings; give an id")
+        raise ValueError(
+            f"the {self.kind} tokenizer has no token strings such as {token!r}; give an id "
+            f"(its ids are 0..{self.vocab_size - 1}; {self.vocab_size} is the first one past them)"
+        )
 
     def identity(self) -> dict[str, Any]:
         """What a corpus records: kind, file name, sha256, vocabulary size and options."""
