@@ -227,6 +227,24 @@ def test_an_unknown_option_before_the_command_is_named(argv, capsys):
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["inspect", "c", "--jsn"], "grainpack inspect: error: unrecognized arguments: --jsn (did "
+         "you mean --json?)"),
+        (["show-step", "1", "--blocks=8"], "unrecognized arguments: --blocks=8 (did you mean "
+         "--block?)"),
+        (["verify", "c", "extra"], "grainpack verify: error: unrecognized arguments: extra\n"),
+    ],
+)  # fmt: skip
+def test_a_mistyped_option_gets_the_commands_usage_and_the_option_meant(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err
+    assert err.startswith(f"usage: grainpack {argv[0]} ")  # not the top-level usage
+
+
 def test_warnings_are_printed_as_messages_of_the_command(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.txt").write_text("hello")

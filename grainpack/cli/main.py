@@ -9,6 +9,7 @@ fix it), 2 the command line is malformed.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
@@ -991,7 +992,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         o.startswith(first) for o in ("-h", "--help", "--version")
     ):
         parser.error(f"unrecognized arguments: {first} (options follow the command)")
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the command's own usage, and the option meant
+        (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        command = sub.choices[args.command]
+        flags = [f for a in command._actions for f in a.option_strings if f.startswith("--")]
+        typo = next((u.split("=")[0] for u in unknown if u.startswith("--")), "")
+        close = difflib.get_close_matches(typo, flags, n=1) if typo else []
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     formatwarning = warnings.formatwarning  # warnings as messages, not source lines
     warnings.formatwarning = lambda message, *_, **__: (
         f"grainpack {args.command}: warning: {_in_flags(str(message))}\n"
