@@ -169,7 +169,9 @@ def test_show_step_errors_speak_in_flags(corpus, tmp_path, capsys):
     config = tmp_path / "run.json"
     config.write_text(json.dumps({"sources": {"a": str(corpus)}, "blocks": 8}))
     assert main(["show-step", "0", "--config", str(config)]) == 1
-    assert "unknown PipelineConfig fields ['blocks']" in capsys.readouterr().err
+    assert "unknown PipelineConfig fields ['blocks'] (did you mean 'block'?)" in (
+        capsys.readouterr().err
+    )
     fields = {"sources": {"a": str(corpus)}, "block": 8, "global_batch_size": 2}
     config.write_text(json.dumps({**fields, "provenance": False, "layout": "compact"}))
     assert main(["show-step", "0", "--config", str(config)]) == 0  # a training config

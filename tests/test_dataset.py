@@ -856,3 +856,17 @@ def test_restarted_workers_start_from_the_counts_of_the_step(two_sources):
     for step, (a, b) in enumerate(zip(got, expected, strict=True)):
         for key in b:
             np.testing.assert_array_equal(a[key], b[key], err_msg=f"step {step} {key}")
+
+
+def test_an_iterator_does_not_pickle_and_says_what_does(two_sources):
+    import pickle
+
+    paths, _ = two_sources
+    cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=2)
+    dataset = gp.make_dataset(cfg, process_index=0, process_count=1)
+    again = pickle.loads(pickle.dumps(dataset))  # the dataset does
+    it = iter(dataset)
+    first = next(it)
+    with pytest.raises(TypeError, match=r"does not pickle .*save it\.get_state\(\) \(JSON\)"):
+        pickle.dumps(it)  # was "cannot pickle '_thread.lock' object"
+    np.testing.assert_array_equal(next(iter(again))["inputs"], first["inputs"])

@@ -100,6 +100,9 @@ def test_open_corpus_not_a_corpus(tmp_path):
         open_corpus(tmp_path / "c" / "manifest.json")
     with pytest.raises(CorpusError, match=r"tokens-00000.bin is a file of the corpus: open its"):
         open_corpus(tmp_path / "c" / "tokens-00000.bin")  # was "a Megatron prefix: no .idx"
+    write_corpus(tmp_path / "all" / "en", [[1]]), write_corpus(tmp_path / "all" / "fr", [[2]])
+    with pytest.raises(CorpusError, match=r"all is not a corpus: .* It holds corpora: en, fr\."):
+        open_corpus(tmp_path / "all")
     for eos_id in (-1, 2**40):  # 2**40 was taken (no id of any corpus)
         with pytest.raises(ValueError, match=r"eos_id must be a token id \(an int in \[0, 2\*\*31"):
             open_corpus(tmp_path / "c", eos_id=eos_id)

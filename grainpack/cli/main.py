@@ -316,9 +316,11 @@ def _config(args: argparse.Namespace) -> Any:
             )
         unknown = sorted(set(fields) - known)
         if unknown:
+            meant = [m for u in unknown for m in difflib.get_close_matches(u, known, n=1)]
+            hint = f" (did you mean {', '.join(map(repr, meant))}?)" if meant else ""
             raise ValueError(
-                f"--config {args.config}: unknown PipelineConfig fields {unknown}; the fields "
-                f"are {', '.join(sorted(known))}"
+                f"--config {args.config}: unknown PipelineConfig fields {unknown}{hint}; the "
+                f"fields are {', '.join(sorted(known))}"
             )
     order = fields.get("order")
     if isinstance(order, dict):  # as BlockedOrder.description() writes it

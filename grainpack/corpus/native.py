@@ -276,6 +276,12 @@ def not_a_corpus(path: Path) -> str:
                 "-o CORPUS` (text needs --tokenizer; gp.build_corpus, gp.convert_npy and "
                 "gp.convert_jsonl do the same in Python)."
             )
+        elif path.is_dir() and (
+            inside := sorted(p.name for p in path.iterdir() if (p / MANIFEST_NAME).is_file())
+        ):
+            hint = (
+                f" It holds corpora: {', '.join(inside[:5])}{', ...' if len(inside) > 5 else ''}."
+            )
         elif not path.exists():
             aside = leftovers(path, "old")
             if aside:

@@ -253,6 +253,13 @@ class PipelineIterator(grain.DatasetIterator):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a grainpack iterator does not pickle (it holds memory maps and worker "
+            "processes); save it.get_state() (JSON) and continue with set_state on a new "
+            "iterator, or pickle the dataset (gp.make_dataset(...)) and iterate it again"
+        )
+
     def describe(self) -> dict[str, Any]:
         """What the fingerprint covers, readable (JSON): the config's description and each
         source's corpus fingerprint by name. Saved beside the state by
