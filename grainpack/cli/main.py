@@ -856,13 +856,18 @@ def _in_flags(message: str, flags: Mapping[str, str] | None = None) -> str:
     return message
 
 
+def _command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The subcommand ``name``'s own parser."""
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
 def _flags_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
     """The long flag of each option given on the command line, by argparse dest (the same
     names in a manifest or a --config file stay names)."""
-    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return {
         a.dest: max(a.option_strings, key=len)
-        for a in sub.choices[args.command]._actions
+        for a in _command_parser(parser, args.command)._actions
         if a.option_strings and getattr(args, a.dest, a.default) != a.default
     }
 
@@ -996,8 +1001,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {first} (options follow the command)")
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # the command's own usage, and the option meant
-        (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        command = sub.choices[args.command]
+        command = _command_parser(parser, args.command)
         flags = [f for a in command._actions for f in a.option_strings if f.startswith("--")]
         typo = next((u.split("=")[0] for u in unknown if u.startswith("--")), "")
         close = difflib.get_close_matches(typo, flags, n=1) if typo else []

@@ -44,7 +44,13 @@ from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, shard_totals
 from grainpack.corpus.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
 from grainpack.corpus.tokenizers import Tokenizer, load_tokenizer
-from grainpack.corpus.transaction import Transaction, check_target, exit_with_parent, write_lock
+from grainpack.corpus.transaction import (
+    Transaction,
+    check_target,
+    exit_with_parent,
+    importing_main_in_a_child,
+    write_lock,
+)
 from grainpack.corpus.writer import CorpusWriter
 
 __all__ = ["BuildPlan", "build_corpus", "build_part", "merge_corpora", "plan_build"]
@@ -435,7 +441,7 @@ def build_corpus(
     workers = (os.cpu_count() or 1) if workers is None else workers
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int or None, got {workers=}")
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
+    if importing_main_in_a_child():
         raise RuntimeError(_UNGUARDED)  # a worker importing the script that started it
     plan = plan_build(
         inputs,

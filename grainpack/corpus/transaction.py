@@ -46,7 +46,13 @@ from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
 from grainpack.corpus.native import MANIFEST_NAME, SHARD_FILE, PathLike, leftovers
 from grainpack.index.checks import check_bool
 
-__all__ = ["Transaction", "check_target", "exit_with_parent", "write_lock"]
+__all__ = [
+    "Transaction",
+    "check_target",
+    "exit_with_parent",
+    "importing_main_in_a_child",
+    "write_lock",
+]
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
@@ -372,6 +378,11 @@ def _abandon(staging: Path, lock: _Lock) -> None:
     """Removes an unpublished staging folder and releases the lock."""
     shutil.rmtree(staging, ignore_errors=True)
     lock.release()
+
+
+def importing_main_in_a_child() -> bool:
+    """Whether this is a spawned child still running the parent's main script."""
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
 def exit_with_parent() -> None:

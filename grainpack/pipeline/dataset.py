@@ -14,7 +14,6 @@ import atexit
 import dataclasses
 import hashlib
 import logging
-import multiprocessing
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +23,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from grainpack.corpus.transaction import exit_with_parent
+from grainpack.corpus.transaction import exit_with_parent, importing_main_in_a_child
 from grainpack.index.checks import check_bool, check_int, is_int
 from grainpack.pipeline.batches import FORMAT_VERSION, MAX_SLOT, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
@@ -94,11 +93,6 @@ def _absl_flags_parsed() -> None:
 
 class ConfigMismatchError(ValueError):
     """A state saved with another pipeline config or corpus (its fingerprint differs)."""
-
-
-def _importing_main_in_a_child() -> bool:
-    """Whether this is a spawned child still running the parent's main script."""
-    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
 def batch_digest(batch: Mapping[str, np.ndarray]) -> int:
@@ -526,7 +520,7 @@ def make_dataset(
             max_index_bytes=max_index_bytes,
         )
     p, count = process_index_and_count(process_index, process_count)
-    if check_int("worker_count", worker_count) and _importing_main_in_a_child():
+    if check_int("worker_count", worker_count) and importing_main_in_a_child():
         raise RuntimeError(
             "make_dataset(worker_count>0) ran while a worker process was importing the main "
             "script: workers are spawned, so the script's top level runs again in each of "
