@@ -117,9 +117,12 @@ def test_provenance_rebuilds_every_row_from_the_corpus(tmp_path, unit):
             assert all(t == cfg.pad_id for t in row[len(rebuilt) :])
 
 
-@pytest.mark.parametrize("dtypes", [("uint16", "uint16"), ("uint16", "uint32")])
+@pytest.mark.parametrize("dtypes", [("uint16", "uint16"), ("uint16", "uint32"), ("uint32",) * 2])
 @pytest.mark.parametrize("boundary_id", [None, 7])
-def test_row_reader_equals_naive_rows_across_shards_and_dtypes(tmp_path, dtypes, boundary_id):
+@pytest.mark.parametrize("compiled", [True, False])  # True: numba's gather where installed
+def test_row_reader_equals_naive_rows_across_shards_and_dtypes(
+    tmp_path, dtypes, boundary_id, compiled
+):
     rng = np.random.default_rng(3)
     block, pad_id, num_rows = 9, 0, 30
     width = block + 1
@@ -145,7 +148,9 @@ def test_row_reader_equals_naive_rows_across_shards_and_dtypes(tmp_path, dtypes,
         parts.append(Part(j, 0, src, spans, destination[np.argsort(rows)]))
     packed = pack_rows(parts, num_rows=num_rows, block=block, boundary=boundary_id is not None)
     readers = [p.stream for p in parts]
-    reader = RowReader(packed, readers, block=block, pad_id=pad_id, boundary_id=boundary_id)
+    reader = RowReader(
+        packed, readers, block=block, pad_id=pad_id, boundary_id=boundary_id, compiled=compiled
+    )
     assert reader.dtype == np.dtype(dtypes[1])  # uint16 with uint32: uint32
     got = np.concatenate([reader.read(a, b) for a, b in ((0, 7), (7, 8), (8, 30))])
     np.testing.assert_array_equal(got, expected)

@@ -9,9 +9,11 @@ when :func:`~grainpack.pipeline.expand.expand_rows` converts them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import operator
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -19,7 +21,7 @@ import numpy as np
 from grainpack.corpus.errors import CorpusError
 from grainpack.index.layout import PackedRows
 
-__all__ = ["RowReader", "TokenStream", "token_dtype"]
+__all__ = ["RowReader", "TokenStream", "compiled_gather", "token_dtype"]
 
 # Views joined at once. Objects alive when the cyclic GC runs are promoted to an older
 # generation, and enough promotions trigger a full collection (tens of ms with JAX
@@ -67,6 +69,33 @@ def token_dtype(readers: Sequence[TokenStream], ids: Sequence[int]) -> np.dtype:
     return np.dtype(np.int32)
 
 
+@functools.cache
+def compiled_gather() -> Callable[..., int] | None:
+    """:func:`grainpack.pipeline.compiled.gather` if numba is installed (``pip install
+    grainpack[fast]``), else None; a numba that is installed but does not import (one too
+    old for this numpy, say) warns once and is not used.
+
+    Example:
+      >>> compiled_gather() is None or callable(compiled_gather())
+      True
+    """
+    try:
+        from grainpack.pipeline.compiled import gather
+    except ModuleNotFoundError as err:
+        if err.name not in ("numba", "llvmlite"):
+            raise
+        return None
+    except ImportError as err:
+        warnings.warn(
+            f"numba is installed but does not import ({err}); batches are gathered without "
+            "it (the same tokens, about half the read speed): install a numba release that "
+            f"supports numpy {np.__version__}, or uninstall numba",
+            stacklevel=2,
+        )
+        return None
+    return gather
+
+
 class RowReader:
     """Gathers the tokens of rows packed by :func:`pack_rows`, a range of rows at a time.
 
@@ -81,6 +110,8 @@ class RowReader:
       pad_id: token of padding runs.
       boundary_id: token written at ``read_marks``.
       names: the sources' names, for messages (default: their indices).
+      compiled: copy with the compiled gather (:func:`compiled_gather`) when numba is
+        installed; the tokens are the same either way.
 
     Example:
       >>> import tempfile, grainpack as gp
@@ -102,6 +133,7 @@ class RowReader:
         pad_id: int,
         boundary_id: int | None,
         names: Sequence[str] | None = None,
+        compiled: bool = True,
     ) -> None:
         self.width = block + 1
         self.names = list(names) if names is not None else list(range(len(readers)))
@@ -134,20 +166,51 @@ class RowReader:
         # Python objects per piece (millions with short documents) make every run of the
         # cyclic GC traverse them, which stalled next() for tens of milliseconds.
         self.buffers, self.checks, self.base = buffers, checks, base
-        self.table = np.stack([index, start, stop])  # one slice and tolist per read
+        self.table = np.stack([index, start, stop]).astype(np.int64)  # one slice per read
         lengths = stop - start
         at = np.cumsum(lengths) - lengths  # token position of each piece (pieces tile rows)
         self.row_pieces = _row_firsts(at, packed.num_rows, self.width)
-        self.marks, self.boundary_id = packed.read_marks, boundary_id
+        self.marks = np.array(packed.read_marks, dtype=np.int64)
+        self.boundary_id = boundary_id
         self.row_marks = _row_firsts(self.marks, packed.num_rows, self.width)
+        # The compiled gather copies from the buffers' addresses (``self.buffers`` keeps
+        # them mapped); converted pieces are joined.
+        self.kernel = compiled_gather() if compiled else None
+        if any(isinstance(b, _Converted) for b in buffers):
+            self.kernel = None
+        if self.kernel is not None:
+            held = [np.frombuffer(b, np.uint8) if b is not None else None for b in buffers]
+            self.addresses = np.array([0 if h is None else h.ctypes.data for h in held])
+            items = self.dtype.itemsize
+            self.sizes = np.array([0 if h is None else len(h) // items for h in held])
 
     def read(self, first: int, stop: int) -> np.ndarray:
         """The tokens ``(stop - first, block + 1)`` of rows ``[first, stop)`` (a new array)."""
         p0, p1 = self.row_pieces.item(first), self.row_pieces.item(stop)
-        shards, lo, hi = self.table[:, p0:p1].tolist()
-        for g in set(shards):  # a shard truncated since: a CorpusError, not SIGBUS
+        m0, m1 = self.row_marks.item(first), self.row_marks.item(stop)
+        for g in set(self.table[0, p0:p1].tolist()):  # a truncated shard: not SIGBUS
             if (check := self.checks[g]) is not None:
                 check()
+        if self.kernel is not None:
+            tokens = np.empty((stop - first) * self.width, self.dtype)
+            boundary = 0 if self.boundary_id is None else self.boundary_id
+            args = (self.table, p0, p1, self.marks, m0, m1, first * self.width, boundary)
+            if self.kernel(tokens, self.addresses, self.sizes, *args) < 0:
+                raise RuntimeError(
+                    f"the read table of rows [{first}, {stop}) does not fit the mapped shards "
+                    "(a grainpack bug: please report it)"
+                )
+        else:
+            tokens = self._join(p0, p1)
+            if m1 > m0:
+                tokens[self.marks[m0:m1] - first * self.width] = self.boundary_id
+        if self.signed and len(tokens) and tokens.min() < 0:
+            self._refuse_negative(tokens, p0, p1)
+        return tokens.reshape(stop - first, self.width)
+
+    def _join(self, p0: int, p1: int) -> np.ndarray:
+        """Pieces ``[p0, p1)`` joined, one ``bytes.join`` of views."""
+        shards, lo, hi = self.table[:, p0:p1].tolist()
         views = map(operator.getitem, map(self.buffers.__getitem__, shards), map(slice, lo, hi))
         if p1 - p0 <= JOIN_PIECES:
             data = bytearray().join(views)
@@ -155,19 +218,12 @@ class RowReader:
             data = bytearray()
             for _ in range(p0, p1, JOIN_PIECES):
                 data += bytearray().join(itertools.islice(views, JOIN_PIECES))
-        tokens = np.frombuffer(data, self.dtype)
-        if self.signed and len(tokens) and tokens.min() < 0:
-            self._refuse_negative(tokens, shards, lo, hi)
-        m0, m1 = self.row_marks.item(first), self.row_marks.item(stop)
-        if m1 > m0:
-            tokens[self.marks[m0:m1] - first * self.width] = self.boundary_id
-        return tokens.reshape(stop - first, self.width)
+        return np.frombuffer(data, self.dtype)
 
-    def _refuse_negative(
-        self, tokens: np.ndarray, shards: list[int], lo: list[int], hi: list[int]
-    ) -> None:
+    def _refuse_negative(self, tokens: np.ndarray, p0: int, p1: int) -> None:
         """Raises :class:`CorpusError` naming the first negative id of ``tokens`` (read from
-        the pieces ``(shards, lo, hi)``) and where it is stored."""
+        pieces ``[p0, p1)``) and where it is stored."""
+        shards, lo, hi = self.table[:, p0:p1].tolist()
         position = int(np.argmax(tokens < 0))
         ends = np.cumsum(np.subtract(hi, lo))
         piece = int(np.searchsorted(ends, position, side="right"))
