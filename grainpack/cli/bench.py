@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -55,6 +56,7 @@ from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.dataset import batch_digest, make_dataset
 from grainpack.pipeline.elements import group_rows
 from grainpack.pipeline.expand import expand_rows
+from grainpack.pipeline.gather import compiled_gather
 from grainpack.reference.windows import MixedStream, PackedStream
 
 BLOCK, BATCH, SEED = 2048, 8, 0
@@ -353,6 +355,11 @@ def _machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "grain": getattr(grain, "__version__", "unknown"),
+        "gather": (
+            f"compiled (numba {importlib.metadata.version('numba')})"
+            if compiled_gather() is not None
+            else "joined (without numba: pip install grainpack[fast])"
+        ),
     }
 
 
@@ -587,7 +594,8 @@ def format_table(results: dict[str, Any], *, markdown: bool = False) -> str:
         f"{c['tokens']:,} tokens in {c['documents']:,} documents (2 sources, median "
         f"{c['median_length']:.0f}, max {c['max_length']:,}), block {s['block']}, batch "
         f"{s['batch']}, median of {s['passes']} passes; {m['cpu_count']} CPUs ({m['cpu']}), "
-        f"numpy {m['numpy']}, grain {m['grain']}, {results['date']}"
+        f"numpy {m['numpy']}, grain {m['grain']}, gather {m.get('gather', 'joined')}, "
+        f"{results['date']}"
     )
     plan, restore = index["plan"], index["restore"]
     sections = [
