@@ -51,12 +51,12 @@ from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.summary import cache_root
 from grainpack.corpus.writer import CorpusWriter
 from grainpack.index.stream import SourceRows
+from grainpack.pipeline import fast
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.dataset import batch_digest, make_dataset
 from grainpack.pipeline.elements import group_rows
 from grainpack.pipeline.expand import expand_rows
-from grainpack.pipeline.gather import compiled_gather
 from grainpack.reference.windows import MixedStream, PackedStream
 
 BLOCK, BATCH, SEED = 2048, 8, 0
@@ -355,10 +355,10 @@ def _machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "grain": getattr(grain, "__version__", "unknown"),
-        "gather": (
+        "kernels": (
             f"compiled (numba {importlib.metadata.version('numba')})"
-            if compiled_gather() is not None
-            else "joined (without numba: pip install grainpack[fast])"
+            if fast.kernels() is not None
+            else "numpy (without numba: pip install grainpack[fast])"
         ),
     }
 
@@ -594,7 +594,7 @@ def format_table(results: dict[str, Any], *, markdown: bool = False) -> str:
         f"{c['tokens']:,} tokens in {c['documents']:,} documents (2 sources, median "
         f"{c['median_length']:.0f}, max {c['max_length']:,}), block {s['block']}, batch "
         f"{s['batch']}, median of {s['passes']} passes; {m['cpu_count']} CPUs ({m['cpu']}), "
-        f"numpy {m['numpy']}, grain {m['grain']}, gather {m.get('gather', 'joined')}, "
+        f"numpy {m['numpy']}, grain {m['grain']}, kernels {m.get('kernels', 'numpy')}, "
         f"{results['date']}"
     )
     plan, restore = index["plan"], index["restore"]

@@ -21,7 +21,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["gather"]
+__all__ = ["expand", "gather"]
 
 
 @intrinsic
@@ -105,4 +105,77 @@ def gather(
         if at < 0 or at >= out.size:
             return -1
         out[at] = boundary
+    return 0
+
+
+@numba.njit(nogil=True, cache=True)
+def expand(
+    tokens: np.ndarray,
+    start: np.ndarray,
+    count: np.ndarray,
+    segment: np.ndarray,
+    first_piece: int,
+    stop_piece: int,
+    filled: np.ndarray,
+    first: int,
+    inputs: np.ndarray,
+    targets: np.ndarray,
+    segment_ids: np.ndarray,
+    positions: np.ndarray,
+    loss_mask: np.ndarray,
+) -> int:
+    """The five int32 arrays of the full layout (:func:`grainpack.pipeline.expand.expand_rows`,
+    the numpy statement) of rows ``[first, first + n)`` of a plan, written into the given
+    C-contiguous ``(n, block)`` arrays in one pass each: ``tokens`` ``(n, block + 1)`` are
+    the rows, and layout pieces ``[first_piece, stop_piece)`` (``start`` on the inputs' grid,
+    ``count``, ``segment``) tile them. Returns 0, or -1 (nothing trusted) if the pieces do
+    not tile the rows exactly or a row's ``filled`` is out of range.
+
+    Loops run on unsigned indices: numba then drops its negative-index wraparound, and LLVM
+    vectorizes them.
+
+    Example:
+      >>> tokens = np.array([[5, 6, 7, 8], [9, 0, 0, 0]], dtype=np.uint16)
+      >>> out = [np.empty((2, 3), np.int32) for _ in range(5)]
+      >>> start, count = np.array([0, 2, 3, 4]), np.array([2, 1, 1, 2])
+      >>> expand(tokens, start, count, np.array([1, 2, 1, 0]), 0, 4, np.array([4, 1]), 0, *out)
+      0
+      >>> [a.tolist() for a in out[2:]]  # segment ids, positions, loss mask
+      [[[1, 1, 2], [1, 0, 0]], [[0, 1, 0], [0, 0, 0]], [[1, 1, 1], [0, 0, 0]]]
+    """
+    n, block = inputs.shape
+    one, size = np.uint64(1), np.uint64(n * block)
+    flat_inputs, flat_targets = inputs.reshape(-1), targets.reshape(-1)
+    flat_segments, flat_positions = segment_ids.reshape(-1), positions.reshape(-1)
+    flat_mask = loss_mask.reshape(-1)
+    for r in range(np.uint64(0), np.uint64(n)):
+        row = r * np.uint64(block)
+        for i in range(np.uint64(0), np.uint64(block)):
+            flat_inputs[row + i] = tokens[r, i]
+        for i in range(np.uint64(0), np.uint64(block)):
+            flat_targets[row + i] = tokens[r, i + one]
+    for i in range(np.uint64(0), size):
+        flat_mask[i] = 1
+    covered = first * block  # pieces are consecutive on the inputs' grid
+    for p in range(first_piece, stop_piece):
+        length = count[p]
+        if start[p] != covered or length < 0 or covered + length > (first + n) * block:
+            return -1
+        at = np.uint64(covered - first * block)
+        covered += length
+        length, value = np.uint64(length), np.int32(segment[p])
+        for k in range(np.uint64(0), length):
+            flat_segments[at + k] = value
+            flat_positions[at + k] = np.int32(k)
+    if covered != (first + n) * block:
+        return -1
+    for r in range(n):
+        f = filled[first + r]
+        if f < 0 or f > block + 1:
+            return -1
+        if f <= block:  # a row with padding: no position past it, no loss on its targets
+            for i in range(f, block):
+                positions[r, i] = 0
+            for i in range(max(f - 1, 0), block):
+                loss_mask[r, i] = 0
     return 0

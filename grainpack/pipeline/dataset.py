@@ -28,7 +28,7 @@ from grainpack.index.checks import check_bool, check_int, is_int
 from grainpack.pipeline.batches import FORMAT_VERSION, MAX_SLOT, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
-from grainpack.pipeline.expand import expand_compact
+from grainpack.pipeline.expand import FULL_KEYS, expand_compact
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ COUNTED_STATE_VERSION = 2
 READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
-DIGEST_KEYS = ("inputs", "targets", "segment_ids", "positions", "loss_mask")
+DIGEST_KEYS = FULL_KEYS  # the digest is over the full layout's arrays
 
 
 def process_index_and_count(

@@ -37,15 +37,28 @@ import functools
 import numpy as np
 
 from grainpack.index.layout import PackedRows, segment_bits
+from grainpack.pipeline import fast
 
-__all__ = ["COMPACT_KEYS", "compact_rows", "describe_rows", "expand_compact", "expand_rows"]
+__all__ = [
+    "COMPACT_KEYS",
+    "FULL_KEYS",
+    "compact_rows",
+    "describe_rows",
+    "expand_compact",
+    "expand_rows",
+]
 
 COMPACT_KEYS = ("tokens", "segment_starts", "filled")
+FULL_KEYS = ("inputs", "targets", "segment_ids", "positions", "loss_mask")
 
 
-def expand_rows(packed: PackedRows, tokens: np.ndarray, *, first: int = 0) -> dict[str, np.ndarray]:
+def expand_rows(
+    packed: PackedRows, tokens: np.ndarray, *, first: int = 0, compiled: bool = True
+) -> dict[str, np.ndarray]:
     """The model arrays (module docstring) of rows ``[first, first + len(tokens))`` of rows
     packed by :func:`pack_rows`, given their ``tokens`` (``RowReader.read``); fresh arrays.
+    With numba installed (and ``compiled``), :func:`grainpack.pipeline.compiled.expand`
+    writes them, one pass each (the same arrays as numpy's, about twice as fast).
 
     Example:
       >>> tokens = np.array([[5, 6, 7, 8], [9, 0, 0, 0]], dtype=np.uint16)
@@ -61,6 +74,27 @@ def expand_rows(packed: PackedRows, tokens: np.ndarray, *, first: int = 0) -> di
     """
     n, block = tokens.shape[0], tokens.shape[1] - 1
     lo, hi = int(packed.row_piece[first]), int(packed.row_piece[first + n])
+    found = fast.kernels() if compiled else None
+    if found is not None:
+        batch = {key: np.empty((n, block), dtype=np.int32) for key in FULL_KEYS}
+        layout = (packed.start, packed.count, packed.segment, lo, hi, packed.filled, first)
+        if found.expand(tokens, *layout, *batch.values()) < 0:
+            raise RuntimeError(
+                f"the layout of rows [{first}, {first + n}) does not tile them (a grainpack "
+                "bug: please report it)"
+            )
+    else:
+        batch = _expand(packed, tokens, first, lo, hi)
+    if packed.provenance is not None:
+        batch.update(packed.provenance.rows(first, first + n, width=tokens.shape[1]))
+    return batch
+
+
+def _expand(
+    packed: PackedRows, tokens: np.ndarray, first: int, lo: int, hi: int
+) -> dict[str, np.ndarray]:
+    """:func:`expand_rows` in numpy (layout pieces ``[lo, hi)``), without provenance."""
+    n, block = tokens.shape[0], tokens.shape[1] - 1
     count = packed.count[lo:hi]
     segment_ids = packed.segment[lo:hi].repeat(count).reshape(n, block)
     positions = (packed.start[lo:hi] - first * block).repeat(count)
@@ -73,16 +107,13 @@ def expand_rows(packed: PackedRows, tokens: np.ndarray, *, first: int = 0) -> di
         f = int(packed.filled[r])  # rare: a row with padding
         positions[r - first, f:] = 0
         loss_mask[r - first, max(f - 1, 0) :] = 0
-    batch = {
+    return {
         "inputs": tokens[:, :-1].astype(np.int32),
         "targets": tokens[:, 1:].astype(np.int32),
         "segment_ids": segment_ids,
         "positions": positions,
         "loss_mask": loss_mask,
     }
-    if packed.provenance is not None:
-        batch.update(packed.provenance.rows(first, first + n, width=tokens.shape[1]))
-    return batch
 
 
 def describe_rows(packed: PackedRows, *, block: int, shared: bool = False) -> dict[str, np.ndarray]:

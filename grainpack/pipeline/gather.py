@@ -9,19 +9,18 @@ when :func:`~grainpack.pipeline.expand.expand_rows` converts them.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import operator
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from grainpack.corpus.errors import CorpusError
 from grainpack.index.layout import PackedRows
+from grainpack.pipeline import fast
 
-__all__ = ["RowReader", "TokenStream", "compiled_gather", "token_dtype"]
+__all__ = ["RowReader", "TokenStream", "token_dtype"]
 
 # Views joined at once. Objects alive when the cyclic GC runs are promoted to an older
 # generation, and enough promotions trigger a full collection (tens of ms with JAX
@@ -69,33 +68,6 @@ def token_dtype(readers: Sequence[TokenStream], ids: Sequence[int]) -> np.dtype:
     return np.dtype(np.int32)
 
 
-@functools.cache
-def compiled_gather() -> Callable[..., int] | None:
-    """:func:`grainpack.pipeline.compiled.gather` if numba is installed (``pip install
-    grainpack[fast]``), else None; a numba that is installed but does not import (one too
-    old for this numpy, say) warns once and is not used.
-
-    Example:
-      >>> compiled_gather() is None or callable(compiled_gather())
-      True
-    """
-    try:
-        from grainpack.pipeline.compiled import gather
-    except ModuleNotFoundError as err:
-        if err.name not in ("numba", "llvmlite"):
-            raise
-        return None
-    except ImportError as err:
-        warnings.warn(
-            f"numba is installed but does not import ({err}); batches are gathered without "
-            "it (the same tokens, about half the read speed): install a numba release that "
-            f"supports numpy {np.__version__}, or uninstall numba",
-            stacklevel=2,
-        )
-        return None
-    return gather
-
-
 class RowReader:
     """Gathers the tokens of rows packed by :func:`pack_rows`, a range of rows at a time.
 
@@ -110,8 +82,8 @@ class RowReader:
       pad_id: token of padding runs.
       boundary_id: token written at ``read_marks``.
       names: the sources' names, for messages (default: their indices).
-      compiled: copy with the compiled gather (:func:`compiled_gather`) when numba is
-        installed; the tokens are the same either way.
+      compiled: copy with the compiled gather (:func:`grainpack.pipeline.fast.kernels`) when
+        numba is installed; the tokens are the same either way.
 
     Example:
       >>> import tempfile, grainpack as gp
@@ -175,9 +147,9 @@ class RowReader:
         self.row_marks = _row_firsts(self.marks, packed.num_rows, self.width)
         # The compiled gather copies from the buffers' addresses (``self.buffers`` keeps
         # them mapped); converted pieces are joined.
-        self.kernel = compiled_gather() if compiled else None
-        if any(isinstance(b, _Converted) for b in buffers):
-            self.kernel = None
+        found = fast.kernels() if compiled else None
+        plain = not any(isinstance(b, _Converted) for b in buffers)
+        self.kernel = found.gather if found is not None and plain else None
         if self.kernel is not None:
             held = [np.frombuffer(b, np.uint8) if b is not None else None for b in buffers]
             self.addresses = np.array([0 if h is None else h.ctypes.data for h in held])

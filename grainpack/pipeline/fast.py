@@ -1,0 +1,39 @@
+"""The ``fast`` extra: numba's compiled kernels (:mod:`grainpack.pipeline.compiled`) when
+numba is installed, else the numpy paths; the batches are the same bit for bit."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import warnings
+from types import ModuleType
+
+import numpy as np
+
+__all__ = ["kernels"]
+
+
+@functools.cache
+def kernels() -> ModuleType | None:
+    """:mod:`grainpack.pipeline.compiled` if numba is installed (``pip install
+    grainpack[fast]``), else None; a numba that is installed but does not import (one too
+    old for this numpy, say) warns once and is not used.
+
+    Example:
+      >>> kernels() is None or callable(kernels().gather)
+      True
+    """
+    try:
+        return importlib.import_module("grainpack.pipeline.compiled")
+    except ModuleNotFoundError as err:
+        if err.name not in ("numba", "llvmlite"):
+            raise
+        return None
+    except ImportError as err:
+        warnings.warn(
+            f"numba is installed but does not import ({err}); batches are made without it "
+            "(the same batches, more slowly): install a numba release that supports numpy "
+            f"{np.__version__}, or uninstall numba",
+            stacklevel=2,
+        )
+        return None
