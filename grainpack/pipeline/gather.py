@@ -1,9 +1,12 @@
 """Gathering tokens: the read table of a :class:`~grainpack.index.layout.PackedRows` ->
-``(rows, block + 1)`` tokens, with one ``bytes.join`` of memmap views per call.
+``(rows, block + 1)`` tokens, with one call per read.
 
-Joining memoryviews of the mapped shards gathers every piece of a few rows in one C loop,
-several times faster than a numpy copy per span; the rows are then still in the CPU cache
-when :func:`~grainpack.pipeline.expand.expand_rows` converts them.
+With numba installed (the ``fast`` extra), :func:`grainpack.pipeline.compiled.gather` copies
+every piece of the rows from the mapped shards in one compiled call; else one ``bytes.join``
+of memmap views does, one C loop after a slice and a view per piece (several times faster
+than a numpy copy per span, about half the compiled gather's speed). Either way the rows are
+then still in the CPU cache when :func:`~grainpack.pipeline.expand.expand_rows` converts
+them.
 """
 
 from __future__ import annotations
@@ -72,8 +75,9 @@ class RowReader:
     """Gathers the tokens of rows packed by :func:`pack_rows`, a range of rows at a time.
 
     The constructor turns the read table into buffer views (no tokens are touched);
-    :meth:`read` joins the views of a few rows in one C loop, so the rows are still in the
-    CPU cache when :func:`expand_rows` converts them.
+    :meth:`read` copies the pieces of a few rows in one call (the compiled gather, or a join
+    of the views), so the rows are still in the CPU cache when :func:`expand_rows` converts
+    them.
 
     Args:
       packed: the output of :func:`pack_rows`.
