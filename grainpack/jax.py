@@ -52,6 +52,13 @@ def make_global_batch(
             f"batch must be a mapping of names to arrays (a grainpack batch); got "
             f"{type(batch).__name__}: pass the dict that next() on the iterator returns"
         )
+    rows = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in batch.items()}
+    if not rows or None in rows.values() or len(set(rows.values())) > 1:
+        raise ValueError(
+            "a batch's arrays all hold this process's rows on their first axis (the same "
+            f"number); got first-axis sizes {rows or 'of no array'}: pass the dict that next() "
+            "on the iterator returns, or one whose arrays were sliced alike"
+        )
     if isinstance(sharding, Mesh):
         sharding = NamedSharding(sharding, PartitionSpec(sharding.axis_names))
     elif not isinstance(sharding, Sharding):

@@ -272,6 +272,14 @@ def test_expand_and_make_global_batch_refuse_what_is_not_a_batch():
     assert gp.expand(good)["segment_ids"].shape == (3, 16)
     with pytest.raises(TypeError, match="batch must be a mapping of names to arrays"):
         gp.make_global_batch([tokens], single_device_mesh())
+    for batch, sizes in [
+        ({}, "of no array"),
+        (good | {"filled": np.ones(2, np.int32)}, "'filled': 2"),  # ragged
+        (good | {"filled": np.int32(3)}, "'filled': None"),  # a scalar
+    ]:
+        with pytest.raises(ValueError, match=f"first-axis sizes .*{sizes}"):
+            gp.make_global_batch(batch, single_device_mesh())
+    assert gp.make_global_batch(good, single_device_mesh())["filled"].shape == (3,)
 
 
 @pytest.mark.slow

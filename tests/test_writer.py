@@ -405,3 +405,46 @@ def test_an_id_past_int32_is_not_sent_to_uint32(tmp_path):
         write_corpus(tmp_path / "b", [[1, 70000]], dtype="uint16")
     with pytest.raises(ValueError, match="70000 at position 1 is >= vocab_size=50257; fix"):
         write_corpus(tmp_path / "c", [[4, 70000]], vocab_size=50257)  # not "use uint32"
+
+
+@pytest.mark.parametrize("documents", [None, 5, "abc", b"ab"])
+def test_write_corpus_refuses_what_is_not_an_iterable_of_documents(tmp_path, documents):
+    with pytest.raises(TypeError, match="documents must be an iterable of documents"):
+        write_corpus(tmp_path / "c", documents)
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "error"),
+    [
+        ({"a": float("nan")}, ValueError),
+        ({"a": [float("inf")]}, ValueError),
+        ({"a": {1j}}, TypeError),
+    ],
+)
+def test_a_tokenizer_record_is_strict_json(tmp_path, tokenizer, error):
+    with pytest.raises(error, match="tokenizer must be a JSON object"):
+        write_corpus(tmp_path / "c", [[1, 2]], tokenizer=tokenizer)
+    assert not (tmp_path / "c").exists()
+    kept = {"name": "bpe", "merges": [1, "x", None, {"b": 2.5}]}
+    assert write_corpus(tmp_path / "c", [[1, 2]], tokenizer=kept).tokenizer == kept
+
+
+def test_a_corpus_is_never_written_inside_another(tmp_path):
+    from grainpack.corpus.convert import convert_corpus
+
+    write_corpus(tmp_path / "a", [[1, 2], [3]])
+    before = sorted(os.listdir(tmp_path / "a"))
+    for write in (
+        lambda: write_corpus(tmp_path / "a" / "sub", [[1]]),
+        lambda: convert_corpus(tmp_path / "a", tmp_path / "a" / "x" / "y"),
+        lambda: shuffle_corpus(tmp_path / "a", tmp_path / "a" / "s", seed=0),
+    ):
+        with pytest.raises(CorpusError, match=r"inside the corpus at .*a: rewriting"):
+            write()
+    assert sorted(os.listdir(tmp_path / "a")) == before  # nothing made inside
+    # another tool's manifest.json does not make a folder a corpus
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "manifest.json").write_text('{"format": "webdataset"}')
+    assert len(write_corpus(tmp_path / "other" / "c", [[1]])) == 1
+    assert len(shuffle_corpus(tmp_path / "a", tmp_path / "a", seed=0, overwrite=True)) == 2

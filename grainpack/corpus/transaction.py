@@ -191,8 +191,28 @@ def check_target(path: PathLike, *, overwrite: bool) -> None:
     _replaceable(_target(Path(path)), check_bool("overwrite", overwrite))
 
 
+def _enclosing_corpus(target: Path) -> Path | None:
+    """The grainpack corpus whose directory holds ``target`` (at any depth), if any."""
+    for folder in target.parents:
+        try:
+            with open(folder / MANIFEST_NAME, "rb") as f:
+                if json.load(f).get("format") == "grainpack":
+                    return folder
+        except (OSError, ValueError, AttributeError):  # none, unreadable, not ours
+            continue
+    return None
+
+
 def _replaceable(target: Path, overwrite: bool) -> bool:
-    """Whether ``target`` exists (it will be exchanged); raises if it must not be replaced."""
+    """Whether ``target`` exists (it will be exchanged); raises if it must not be replaced
+    (nor written: inside another corpus's directory, which a rewrite of that corpus would
+    delete with it)."""
+    if (outer := _enclosing_corpus(target)) is not None:
+        raise CorpusError(
+            f"{target} is inside the corpus at {outer}: rewriting or deleting that corpus "
+            f"would delete this one with its directory; write it beside, e.g. at "
+            f"{outer.parent / (outer.name + '-' + target.name)}"
+        )
     try:
         stat = os.stat(target)
     except FileNotFoundError:

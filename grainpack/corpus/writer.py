@@ -345,7 +345,15 @@ class CorpusWriter:
     ) -> None:
         if tokenizer is not None and not isinstance(tokenizer, dict):
             raise TypeError(f"tokenizer must be a dict (JSON object) or None, got {tokenizer!r}")
-        self.tokenizer = None if tokenizer is None else json.loads(json.dumps(tokenizer))
+        try:  # strict JSON: the manifest is read back with NaN and Infinity refused
+            self.tokenizer = (
+                None if tokenizer is None else json.loads(json.dumps(tokenizer, allow_nan=False))
+            )
+        except (TypeError, ValueError) as err:
+            raise type(err)(
+                f"tokenizer must be a JSON object (strings, finite numbers, bools, None, lists "
+                f"and dicts of them): {err}; convert the values, e.g. to strings"
+            ) from None
         vocab_size, eos_id, shard_tokens = (
             plain_int(vocab_size),
             plain_int(eos_id),
@@ -548,6 +556,11 @@ def write_corpus(
     """
     options = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, shard_tokens=shard_tokens)
     options.update(overwrite=overwrite, tokenizer=tokenizer, shuffle=shuffle)
+    if not isinstance(documents, Iterable) or isinstance(documents, (str, bytes)):
+        raise TypeError(
+            f"documents must be an iterable of documents (lists or 1-D arrays of token ids), "
+            f"got {type(documents).__name__}; for one document pass [ids]"
+        )
     with CorpusWriter(path, **options) as writer:  # type: ignore[arg-type]
         for doc in documents:
             writer.add(doc)
