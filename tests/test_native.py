@@ -124,7 +124,7 @@ def _edit_manifest(path: Path, **changes) -> None:
         ({"vocab_size": "big"}, "vocab_size='big'"),
         ({"vocab_size": 2**16 + 1}, r"vocab_size=65537 \(expected 1 to 65536 for uint16"),
         ({"vocab_size": 0}, r"vocab_size=0 \(expected 1 to 65536"),
-        ({"dtype": "uint32", "vocab_size": 2**40}, r"expected 1 to 2147483648 for uint32"),
+        ({"dtype": "uint32", "vocab_size": 2**40}, r"expected 1 to 4294967296 for uint32"),
         ({"format": "other"}, "format='grainpack'"),
         ({"shards": [{"tokens_file": "../x"}]}, r"shards\[0\]\.tokens_file='\.\./x'"),
     ],
