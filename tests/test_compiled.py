@@ -166,3 +166,51 @@ def test_expand_refuses_a_layout_that_does_not_tile_the_rows(tmp_path, edit):
     assert expand(tokens[:2], *args) == 0
     edit(start[lo:hi], count[lo:hi], filled)
     assert expand(tokens[:2], *args) == -1
+
+
+def test_gather_refuses_ranges_and_outputs_that_do_not_fit_before_touching_anything():
+    a = np.arange(100, 110, dtype=np.uint16)
+    addresses, sizes = np.array([a.ctypes.data]), np.array([10])
+    table = np.array([[0], [0], [3]])
+    cases = [
+        (np.zeros(3, np.uint16), np.array([[1], [0], [3]]), 0, 1, 0, 0),  # buffer 1 of 1
+        (np.zeros(3, np.uint16), np.array([[10**9], [0], [3]]), 0, 1, 0, 0),
+        (np.zeros(3, np.uint16), table, 0, 2, 0, 0),  # pieces past the table
+        (np.zeros(3, np.uint16), table, 1, 0, 0, 0),  # reversed
+        (np.zeros(6, np.uint16)[::2], table, 0, 1, 0, 0),  # a strided out
+        (np.zeros(3, np.uint16)[::-1], table, 0, 1, 0, 0),  # a reversed out
+        (np.zeros(3, np.uint16), table, 0, 1, 0, 2),  # marks past their array
+    ]
+    for out, t, first, stop, m0, m1 in cases:
+        marks = np.array([1])
+        assert gather(out, addresses, sizes, t, first, stop, marks, m0, m1, 0, 7) == -1
+        assert not out.any()  # nothing written
+    out = np.zeros(3, np.uint16)
+    assert gather(out, addresses, sizes, table, 0, 1, np.array([1]), 0, 1, 0, 7) == 0
+    assert out.tolist() == [100, 7, 102]
+
+
+def test_expand_refuses_arrays_of_other_shapes_before_writing(tmp_path):
+    packed, tokens = _plan(tmp_path)
+    lo, hi = int(packed.row_piece[0]), int(packed.row_piece[2])
+    layout = (packed.start, packed.count, packed.segment)
+
+    def outputs(**shapes):
+        return [np.full(shapes.get(k, (2, 7)), -7, np.int32) for k in "itspm"]
+
+    cases = [
+        (tokens[:2, :7], lo, hi, outputs()),  # rows of block tokens, not block + 1
+        (tokens[:2], lo, hi, outputs(s=(1, 7))),  # a short output
+        (tokens[:2], lo, hi, outputs(m=(2, 6))),
+        (tokens[:2], lo, len(packed.count) + 1, outputs()),  # pieces past the table
+        (tokens[:2], -1, hi, outputs()),
+    ]
+    for rows, first_piece, stop_piece, out in cases:
+        args = (*layout, first_piece, stop_piece, packed.filled, 0, *out)
+        assert expand(rows, *args) == -1
+        assert all((o == -7).all() for o in out)  # nothing written
+    count = packed.count.copy()
+    count[lo] = 2**63 - 1  # no overflow past the check
+    out = outputs()
+    args = (packed.start, count, packed.segment, lo, hi, packed.filled, 0, *out)
+    assert expand(tokens[:2], *args) == -1

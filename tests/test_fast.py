@@ -38,6 +38,35 @@ def test_a_numba_that_does_not_import_warns_and_is_not_used(monkeypatch):
         assert fast.kernels() is None
 
 
+class _Raising:
+    """A module finder whose numba import raises ``error`` (a broken install)."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "numba" or name.startswith("numba."):
+            raise self.error
+        return None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError("Could not find/load shared object file 'libllvmlite.so'"),
+        ModuleNotFoundError("No module named 'numba.core'", name="numba.core"),
+        AttributeError("module 'numpy' has no attribute 'long'"),
+    ],
+)
+def test_a_broken_numba_install_warns_and_is_not_used(monkeypatch, error):
+    for name in [n for n in sys.modules if n == "numba" or n.startswith("numba.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delitem(sys.modules, "grainpack.pipeline.compiled", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_Raising(error), *sys.meta_path])
+    with pytest.warns(UserWarning, match=f"does not import \\({type(error).__name__}"):
+        assert fast.kernels() is None
+
+
 def test_another_missing_module_is_not_taken_for_numba(monkeypatch):
     monkeypatch.setitem(sys.modules, "grainpack.pipeline.compiled", None)
     with pytest.raises(ModuleNotFoundError):

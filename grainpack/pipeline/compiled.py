@@ -72,9 +72,11 @@ def gather(
     """Fills the 1-D ``out`` with pieces ``[first, stop)`` of ``table`` (rows: buffer,
     start, stop, in items of ``out``'s dtype; buffer ``g`` holds ``sizes[g]`` items at
     address ``addresses[g]``), then writes ``boundary`` at ``marks[mark_first:mark_stop] -
-    offset``. Returns 0, or -1 (nothing trusted) if a piece leaves its buffer or the pieces
-    do not fill ``out`` exactly: a table that disagrees with the buffers is never read past
-    them.
+    offset``. Returns 0, or -1 with nothing read or written if ``out`` is not one contiguous
+    axis, a range leaves its array, a piece leaves its buffer, or the pieces do not fill
+    ``out`` exactly: a table that disagrees with the buffers is never followed (the buffers
+    themselves, ``addresses`` and ``sizes``, are trusted: :class:`RowReader` takes them from
+    the views it holds).
 
     Example:
       >>> a = np.arange(100, 110, dtype=np.uint16)
@@ -87,24 +89,34 @@ def gather(
       [102, 7, 104, 108, 109]
     """
     itemsize = out.itemsize
-    base = out.ctypes.data
-    for p in range(first, stop):  # the pieces' first lines fetched at once, not one by one
-        if 0 <= table[1, p] < sizes[table[0, p]]:
-            _prefetch(addresses[table[0, p]] + table[1, p] * itemsize)
-    position = 0
+    if out.ndim != 1 or (out.size > 1 and out.strides[0] != itemsize):
+        return -1
+    if len(addresses) != len(sizes) or table.shape[0] < 3 or not 0 <= first <= stop:
+        return -1
+    if stop > table.shape[1] or not 0 <= mark_first <= mark_stop <= len(marks):
+        return -1
+    total = 0  # checked whole first: nothing is read or written unless every piece fits
     for p in range(first, stop):
         g, lo, hi = table[0, p], table[1, p], table[2, p]
-        if lo < 0 or hi < lo or hi > sizes[g] or position + (hi - lo) > out.size:
+        if g < 0 or g >= len(sizes) or lo < 0 or hi < lo or hi > sizes[g]:
             return -1
-        _copy(base + position * itemsize, addresses[g] + lo * itemsize, (hi - lo) * itemsize)
-        position += hi - lo
-    if position != out.size:
+        total += hi - lo
+        if total > out.size:
+            return -1
+        if hi > lo:  # the pieces' first lines fetched at once, not one by one
+            _prefetch(addresses[g] + lo * itemsize)
+    if total != out.size:
         return -1
     for m in range(mark_first, mark_stop):
-        at = marks[m] - offset
-        if at < 0 or at >= out.size:
+        if not 0 <= marks[m] - offset < out.size:
             return -1
-        out[at] = boundary
+    base, position = out.ctypes.data, 0
+    for p in range(first, stop):
+        g, lo, hi = table[0, p], table[1, p], table[2, p]
+        _copy(base + position * itemsize, addresses[g] + lo * itemsize, (hi - lo) * itemsize)
+        position += hi - lo
+    for m in range(mark_first, mark_stop):
+        out[marks[m] - offset] = boundary
     return 0
 
 
@@ -128,8 +140,9 @@ def expand(
     the numpy statement) of rows ``[first, first + n)`` of a plan, written into the given
     C-contiguous ``(n, block)`` arrays in one pass each: ``tokens`` ``(n, block + 1)`` are
     the rows, and layout pieces ``[first_piece, stop_piece)`` (``start`` on the inputs' grid,
-    ``count``, ``segment``) tile them. Returns 0, or -1 (nothing trusted) if the pieces do
-    not tile the rows exactly or a row's ``filled`` is out of range.
+    ``count``, ``segment``) tile them. Returns 0, or -1 with nothing written if an array's
+    shape or layout differs, a range leaves its array, the pieces do not tile the rows
+    exactly, or a row's ``filled`` is out of range.
 
     Loops run on unsigned indices: numba then drops its negative-index wraparound, and LLVM
     vectorizes them.
@@ -144,6 +157,26 @@ def expand(
       [[[1, 1, 2], [1, 0, 0]], [[0, 1, 0], [0, 0, 0]], [[1, 1, 1], [0, 0, 0]]]
     """
     n, block = inputs.shape
+    end = (first + n) * block
+    if tokens.shape != (n, block + 1) or first < 0 or first + n > len(filled):
+        return -1
+    if not 0 <= first_piece <= stop_piece <= min(len(start), len(count), len(segment)):
+        return -1
+    for out in (inputs, targets, segment_ids, positions, loss_mask):
+        if out.shape != (n, block) or (n * block > 0 and out.strides[1] != 4):
+            return -1
+        if n > 1 and out.strides[0] != 4 * block:
+            return -1
+    covered = first * block  # checked whole first: nothing is written unless the pieces
+    for p in range(first_piece, stop_piece):  # are consecutive and tile the rows exactly
+        if start[p] != covered or count[p] < 0 or count[p] > end - covered:
+            return -1
+        covered += count[p]
+    if covered != end:
+        return -1
+    for r in range(n):
+        if not 0 <= filled[first + r] <= block + 1:
+            return -1
     one, size = np.uint64(1), np.uint64(n * block)
     flat_inputs, flat_targets = inputs.reshape(-1), targets.reshape(-1)
     flat_segments, flat_positions = segment_ids.reshape(-1), positions.reshape(-1)
@@ -156,23 +189,15 @@ def expand(
             flat_targets[row + i] = tokens[r, i + one]
     for i in range(np.uint64(0), size):
         flat_mask[i] = 1
-    covered = first * block  # pieces are consecutive on the inputs' grid
+    at = np.uint64(0)
     for p in range(first_piece, stop_piece):
-        length = count[p]
-        if start[p] != covered or length < 0 or covered + length > (first + n) * block:
-            return -1
-        at = np.uint64(covered - first * block)
-        covered += length
-        length, value = np.uint64(length), np.int32(segment[p])
+        length, value = np.uint64(count[p]), np.int32(segment[p])
         for k in range(np.uint64(0), length):
             flat_segments[at + k] = value
             flat_positions[at + k] = np.int32(k)
-    if covered != (first + n) * block:
-        return -1
+        at += length
     for r in range(n):
         f = filled[first + r]
-        if f < 0 or f > block + 1:
-            return -1
         if f <= block:  # a row with padding: no position past it, no loss on its targets
             for i in range(f, block):
                 positions[r, i] = 0

@@ -17,7 +17,7 @@ __all__ = ["kernels"]
 def kernels() -> ModuleType | None:
     """:mod:`grainpack.pipeline.compiled` if numba is installed (``pip install
     grainpack[fast]``), else None; a numba that is installed but does not import (one too
-    old for this numpy, say) warns once and is not used.
+    old for this numpy, llvmlite's library missing, any error) warns once and is not used.
 
     Example:
       >>> kernels() is None or callable(kernels().gather)
@@ -26,14 +26,17 @@ def kernels() -> ModuleType | None:
     try:
         return importlib.import_module("grainpack.pipeline.compiled")
     except ModuleNotFoundError as err:
-        if err.name not in ("numba", "llvmlite"):
+        if err.name in ("numba", "llvmlite"):  # not installed: numpy, silently
+            return None
+        if err.name == "grainpack.pipeline.compiled":
             raise
-        return None
-    except ImportError as err:
-        warnings.warn(
-            f"numba is installed but does not import ({err}); batches are made without it "
-            "(the same batches, more slowly): install a numba release that supports numpy "
-            f"{np.__version__}, or uninstall numba",
-            stacklevel=2,
-        )
-        return None
+        problem: Exception = err
+    except Exception as err:  # a broken install: an old numba, llvmlite's library missing
+        problem = err
+    warnings.warn(
+        f"numba is installed but does not import ({type(problem).__name__}: {problem}); "
+        "batches are made without it (the same batches, more slowly): install a numba "
+        f"release that supports numpy {np.__version__} (pip install -U numba), or uninstall it",
+        stacklevel=2,
+    )
+    return None
