@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
-from grainpack.corpus.native import MANIFEST_NAME, SHARD_FILE, PathLike, leftovers
+from grainpack.corpus.native import FORMAT_NAME, MANIFEST_NAME, SHARD_FILE, PathLike, leftovers
 from grainpack.index.checks import check_bool
 
 __all__ = [
@@ -196,7 +196,7 @@ def _enclosing_corpus(target: Path) -> Path | None:
     for folder in target.parents:
         try:
             with open(folder / MANIFEST_NAME, "rb") as f:
-                if json.load(f).get("format") == "grainpack":
+                if json.load(f).get("format") == FORMAT_NAME:
                     return folder
         except (OSError, ValueError, AttributeError):  # none, unreadable, not ours
             continue

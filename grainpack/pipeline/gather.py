@@ -142,7 +142,7 @@ class RowReader:
         # Python objects per piece (millions with short documents) make every run of the
         # cyclic GC traverse them, which stalled next() for tens of milliseconds.
         self.buffers, self.checks, self.base = buffers, checks, base
-        self.table = np.stack([index, start, stop]).astype(np.int64)  # one slice per read
+        self.table = np.stack([index, start, stop]).astype(np.int64, copy=False)
         lengths = stop - start
         at = np.cumsum(lengths) - lengths  # token position of each piece (pieces tile rows)
         self.row_pieces = _row_firsts(at, packed.num_rows, self.width)
@@ -164,7 +164,11 @@ class RowReader:
         """The tokens ``(stop - first, block + 1)`` of rows ``[first, stop)`` (a new array)."""
         p0, p1 = self.row_pieces.item(first), self.row_pieces.item(stop)
         m0, m1 = self.row_marks.item(first), self.row_marks.item(stop)
-        for g in set(self.table[0, p0:p1].tolist()):  # a truncated shard: not SIGBUS
+        if self.kernel is None:  # the join needs every column as Python ints
+            shards, lo, hi = self.table[:, p0:p1].tolist()
+        else:
+            shards = self.table[0, p0:p1].tolist()
+        for g in set(shards):  # a truncated shard: a CorpusError, not SIGBUS
             if (check := self.checks[g]) is not None:
                 check()
         if self.kernel is not None:
@@ -177,22 +181,21 @@ class RowReader:
                     "(a grainpack bug: please report it)"
                 )
         else:
-            tokens = self._join(p0, p1)
+            tokens = self._join(shards, lo, hi)
             if m1 > m0:
                 tokens[self.marks[m0:m1] - first * self.width] = self.boundary_id
         if self.signed and len(tokens) and tokens.min() < 0:
             self._refuse_negative(tokens, p0, p1)
         return tokens.reshape(stop - first, self.width)
 
-    def _join(self, p0: int, p1: int) -> np.ndarray:
-        """Pieces ``[p0, p1)`` joined, one ``bytes.join`` of views."""
-        shards, lo, hi = self.table[:, p0:p1].tolist()
+    def _join(self, shards: list[int], lo: list[int], hi: list[int]) -> np.ndarray:
+        """The pieces ``(shards, lo, hi)`` joined, one ``bytes.join`` of views."""
         views = map(operator.getitem, map(self.buffers.__getitem__, shards), map(slice, lo, hi))
-        if p1 - p0 <= JOIN_PIECES:
+        if len(shards) <= JOIN_PIECES:
             data = bytearray().join(views)
         else:  # short documents: few live views at a time (see JOIN_PIECES)
             data = bytearray()
-            for _ in range(p0, p1, JOIN_PIECES):
+            for _ in range(0, len(shards), JOIN_PIECES):
                 data += bytearray().join(itertools.islice(views, JOIN_PIECES))
         return np.frombuffer(data, self.dtype)
 
