@@ -26,14 +26,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from grainpack.corpus.build import build_corpus, merge_corpora
-    from grainpack.corpus.convert import convert_corpus, convert_jsonl, convert_npy
     from grainpack.corpus.errors import CorpusError, CorpusExistsError, CorpusNotFoundError
     from grainpack.corpus.formats import open_corpus
     from grainpack.corpus.native import read_manifest
     from grainpack.corpus.source import TokenShardSource
     from grainpack.corpus.verify import VerifyReport, describe_corpus, verify_corpus
-    from grainpack.corpus.writer import CorpusWriter, write_corpus
     from grainpack.curriculum.bandit import LengthBandit
     from grainpack.curriculum.mixture import MixtureBandit
     from grainpack.curriculum.online import UndecidedEpochError
@@ -56,6 +53,10 @@ if TYPE_CHECKING:
     from grainpack.index.schedule import Stage
     from grainpack.index.slots import slot_order
     from grainpack.index.weights import content_probabilities, token_premiums
+    from grainpack.ingest.build import build_corpus
+    from grainpack.ingest.convert import convert_corpus, convert_jsonl, convert_npy
+    from grainpack.ingest.merge import merge_corpora
+    from grainpack.ingest.writer import CorpusWriter, write_corpus
     from grainpack.jax import expand, make_global_batch, prefetch_to_device
     from grainpack.orbax import CheckpointRestore, CheckpointSave
     from grainpack.pipeline.accounting import (
@@ -91,11 +92,11 @@ __version__ = "0.1.0"
 # nothing imports Grain, JAX or Orbax until a name that needs them is used.
 _PUBLIC = {
     "BlockedOrder": "grainpack.index.blocked",
-    "build_corpus": "grainpack.corpus.build",
-    "merge_corpora": "grainpack.corpus.build",
-    "convert_corpus": "grainpack.corpus.convert",
-    "convert_jsonl": "grainpack.corpus.convert",
-    "convert_npy": "grainpack.corpus.convert",
+    "build_corpus": "grainpack.ingest.build",
+    "merge_corpora": "grainpack.ingest.merge",
+    "convert_corpus": "grainpack.ingest.convert",
+    "convert_jsonl": "grainpack.ingest.convert",
+    "convert_npy": "grainpack.ingest.convert",
     "CorpusError": "grainpack.corpus.errors",
     "CorpusExistsError": "grainpack.corpus.errors",
     "CorpusNotFoundError": "grainpack.corpus.errors",
@@ -105,8 +106,8 @@ _PUBLIC = {
     "VerifyReport": "grainpack.corpus.verify",
     "describe_corpus": "grainpack.corpus.verify",
     "verify_corpus": "grainpack.corpus.verify",
-    "CorpusWriter": "grainpack.corpus.writer",
-    "write_corpus": "grainpack.corpus.writer",
+    "CorpusWriter": "grainpack.ingest.writer",
+    "write_corpus": "grainpack.ingest.writer",
     "LengthBandit": "grainpack.curriculum.bandit",
     "MixtureBandit": "grainpack.curriculum.mixture",
     "UndecidedEpochError": "grainpack.curriculum.online",

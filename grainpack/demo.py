@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from grainpack.corpus.cache import cache_root
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.summary import cache_root
-from grainpack.corpus.writer import CorpusWriter
 from grainpack.index.checks import check_int
+from grainpack.ingest.writer import CorpusWriter
 from grainpack.pipeline.accounting import mixture_accounting
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.dataset import make_dataset

@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from grainpack.corpus import transaction as writer_module
+from grainpack.ingest import transaction as writer_module
 from grainpack.corpus.errors import CorpusExistsError
-from grainpack.corpus.transaction import Transaction
-from grainpack.corpus.writer import CorpusWriter
+from grainpack.ingest.transaction import Transaction
+from grainpack.ingest.writer import CorpusWriter
 
 
 def documents(seed: int, count: int) -> Iterator[np.ndarray]:

@@ -9,7 +9,7 @@ import os
 import signal
 import time
 
-from grainpack.corpus.tokenizers import ByteTokenizer
+from grainpack.ingest.tokenizers import ByteTokenizer
 
 
 class DyingOnce(ByteTokenizer):

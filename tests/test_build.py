@@ -21,12 +21,13 @@ import pytest
 import zstandard
 
 import grainpack as gp
-from grainpack.corpus import build
-from grainpack.corpus.build import build_corpus, merge_corpora, plan_build
-from grainpack.corpus.tokenizers import ByteTokenizer, load_tokenizer
-from grainpack.corpus.transaction import write_lock
+from grainpack.ingest import build, merge
 from grainpack.corpus.verify import describe_corpus
 from grainpack.demo import documents
+from grainpack.ingest.build import build_corpus, plan_build
+from grainpack.ingest.merge import merge_corpora
+from grainpack.ingest.tokenizers import ByteTokenizer, load_tokenizer
+from grainpack.ingest.transaction import write_lock
 
 TEXTS = documents("en")  # ~640 docstrings of the standard library, ~256 KB
 REPO = Path(__file__).resolve().parents[1]
@@ -311,7 +312,7 @@ def test_merge_follows_symlinked_shards_and_names_why_a_link_failed(tmp_path, mo
         assert [d.tolist() for d in gp.open_corpus(tmp_path / "deep" / "out")] == [[1, 2], [3]]
     assert sorted(os.listdir(tmp_path / "deep")) == ["out"]  # nothing left
     # a shard truncated after its part was opened: the merged corpus is refused unpublished
-    monkeypatch.setattr(build, "_link", lambda file, link, out: link.write_bytes(b""))
+    monkeypatch.setattr(merge, "_link", lambda file, link, out: link.write_bytes(b""))
     with pytest.raises(gp.CorpusError, match=r"tokens-00000\.bin: has 0 bytes, expected 6"):
         merge_corpora([tmp_path / "part"], tmp_path / "deep" / "out", overwrite=True)
     monkeypatch.undo()
@@ -328,7 +329,8 @@ def test_merge_follows_symlinked_shards_and_names_why_a_link_failed(tmp_path, mo
 FILE_SIZE_LIMIT = """
 import os, resource, sys
 import grainpack as gp
-from grainpack.corpus.build import build_corpus, merge_corpora
+from grainpack.ingest.build import build_corpus
+from grainpack.ingest.merge import merge_corpora
 d = sys.argv[1]
 resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.RLIM_INFINITY))  # as a full disk
 for write in (lambda: merge_corpora([f"{d}/p1", f"{d}/p2"], f"{d}/m"),
@@ -364,7 +366,7 @@ def test_merge_is_published_atomically(tmp_path, monkeypatch):
         raise OSError("killed before the corpus was published")
 
     merge_corpora([tmp_path / "a"], tmp_path / "out")
-    monkeypatch.setattr("grainpack.corpus.transaction.Transaction._rename", killed)
+    monkeypatch.setattr("grainpack.ingest.transaction.Transaction._rename", killed)
     with pytest.raises(gp.CorpusError, match="killed"):
         merge_corpora([tmp_path / "a", tmp_path / "b"], tmp_path / "out", overwrite=True)
     monkeypatch.undo()
@@ -458,7 +460,7 @@ def test_a_killed_builds_workers_exit_and_the_same_command_resumes_at_once(tmp_p
     out, slow = tmp_path / "out", tmp_path / "slow"
     slow.mkdir()
     code = (
-        "from dying_tokenizer import SlowOn; from grainpack.corpus.build import build_corpus; "
+        "from dying_tokenizer import SlowOn; from grainpack.ingest.build import build_corpus; "
         f"build_corpus({[str(p) for p in inputs]}, {str(out)!r}, "
         f"tokenizer=SlowOn(60, {str(slow)!r}), workers=2, part_bytes=1)"
     )

@@ -12,7 +12,7 @@ import pytest
 
 import grainpack as gp
 from grainpack.cli.main import main
-from grainpack.corpus.writer import shuffled_order
+from grainpack.ingest.writer import shuffled_order
 from grainpack.pipeline.batches import PipelineBatches
 
 
@@ -306,7 +306,7 @@ def test_build_text_errors_exit_1(tmp_path, capsys, extra, message):
 
 
 def test_an_interrupted_build_says_what_it_kept_and_resumes(tmp_path, capsys, monkeypatch):
-    from grainpack.corpus import build
+    from grainpack.ingest import build
 
     (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(300)))
     argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--workers", "1"]
@@ -331,7 +331,7 @@ def test_an_interrupted_build_says_what_it_kept_and_resumes(tmp_path, capsys, mo
 
 
 def test_an_interrupted_shuffle_keeps_the_tokenized_corpus(tmp_path, capsys, monkeypatch):
-    from grainpack.corpus import build, writer
+    from grainpack.ingest import build, writer
 
     (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(50)))
     argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--workers", "1"]
@@ -380,7 +380,7 @@ def test_a_resumed_shuffle_never_takes_another_builds_staged_corpus(tmp_path, ca
     # A text build interrupted while shuffling, then an ids build of the same -o interrupted
     # the same way: the staged corpus is the ids build's now, and the text build's plan
     # key alone matched it. The text build must tokenize again, not publish those ids.
-    from grainpack.corpus import writer
+    from grainpack.ingest import writer
 
     (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(20)))
     np.save(tmp_path / "ids.npy", np.full((5, 3), 300, dtype=np.uint16))
@@ -403,7 +403,7 @@ def test_a_resumed_shuffle_never_takes_another_builds_staged_corpus(tmp_path, ca
 
 
 def test_a_second_shuffle_build_of_one_output_is_refused_and_harms_nothing(tmp_path, capsys):
-    from grainpack.corpus.transaction import write_lock
+    from grainpack.ingest.transaction import write_lock
 
     (tmp_path / "a.jsonl").write_text('{"text": "hello"}\n')
     argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--shuffle", "1", "-o"]

@@ -9,10 +9,10 @@ import struct
 import numpy as np
 import pytest
 
-from grainpack.corpus.convert import convert_corpus, convert_jsonl, convert_npy
 from grainpack.corpus.errors import CorpusExistsError
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.writer import write_corpus
+from grainpack.ingest.convert import convert_corpus, convert_jsonl, convert_npy
+from grainpack.ingest.writer import write_corpus
 
 
 def _docs(src) -> list[list[int]]:
@@ -124,7 +124,8 @@ def test_convert_corpus_refuses_same_path(tmp_path):
 
 def test_a_copy_refuses_its_output_before_verifying_the_input(tmp_path, monkeypatch):
     # verifying reads every byte: an output that will be refused must be refused first
-    from grainpack.corpus import convert, verify, writer
+    from grainpack.corpus import verify
+    from grainpack.ingest import convert, writer
 
     write_corpus(tmp_path / "src", [[1, 2], [3]])
     write_corpus(tmp_path / "out", [[9]])

@@ -715,7 +715,7 @@ def test_a_refused_restore_names_what_changed(tmp_path, change, message):
 
 
 def test_warnings_for_doubled_or_missing_boundaries_and_mixed_tokenizers(tmp_path, tokenizer_files):
-    from grainpack.corpus.build import build_corpus
+    from grainpack.ingest.build import build_corpus
 
     (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(50)))
     eos, plain, other = (str(tmp_path / name) for name in ("eos", "plain", "bpe"))

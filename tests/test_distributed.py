@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from test_build import TEXTS, expected_ids, write_input
 
-from grainpack.corpus.build import build_corpus
-from grainpack.corpus.distributed import build_corpus_ray
 from grainpack.corpus.formats import open_corpus
+from grainpack.ingest.build import build_corpus
+from grainpack.ingest.distributed import build_corpus_ray
 
 ray = pytest.importorskip("ray")
 
@@ -58,8 +58,8 @@ def test_ray_task_errors_are_raised_and_write_nothing(tmp_path, local_ray):
 def test_a_part_whose_task_always_dies_fails_after_the_retries_keeping_parts(tmp_path, local_ray):
     from dying_tokenizer import DyingAlways
 
-    from grainpack.corpus.build import WorkerDied
-    from grainpack.corpus.distributed import TASK_RETRIES
+    from grainpack.ingest.build import WorkerDied
+    from grainpack.ingest.distributed import TASK_RETRIES
 
     good = write_input(tmp_path / "a.jsonl", TEXTS[:50])
     bad = write_input(tmp_path / "b.jsonl", ["DIE"])
@@ -78,10 +78,10 @@ def test_a_part_whose_task_always_dies_fails_after_the_retries_keeping_parts(tmp
 def test_a_part_locked_by_another_writer_comes_back_as_its_own_error(tmp_path):
     # A Ray task returns errors as data; a CorpusExistsError (a part still written by
     # another process) must stay one, so that the build keeps its complete parts.
-    from grainpack.corpus import distributed
-    from grainpack.corpus.build import plan_build
+    from grainpack.ingest import distributed
     from grainpack.corpus.errors import CorpusExistsError
-    from grainpack.corpus.transaction import write_lock
+    from grainpack.ingest.build import plan_build
+    from grainpack.ingest.transaction import write_lock
 
     plan = plan_build(write_input(tmp_path / "a.jsonl", TEXTS[:5]), tokenizer="bytes")
     part = tmp_path / "part-00000"

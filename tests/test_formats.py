@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from grainpack.corpus.formats import fingerprint, open_corpus
-from grainpack.corpus.writer import shuffle_corpus
+from grainpack.ingest.writer import shuffle_corpus
 
 
 def _docs(src) -> list[list[int]]:

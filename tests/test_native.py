@@ -13,7 +13,7 @@ import pytest
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.formats import fingerprint, open_corpus
 from grainpack.corpus.native import read_manifest
-from grainpack.corpus.writer import CorpusWriter, write_corpus
+from grainpack.ingest.writer import CorpusWriter, write_corpus
 
 DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], [9], [], [10, 11]]
 

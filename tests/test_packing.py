@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grainpack.corpus.writer import write_corpus
 from grainpack.index.stream import stream_plan
+from grainpack.ingest.writer import write_corpus
 from grainpack.reference.packing import PackedCorpus, pack_documents
 
 DOCS = [np.array([1, 2, 3]), np.array([4, 5]), np.array([6]), np.array([7, 8, 9, 10])]

@@ -1103,7 +1103,7 @@ def test_unreadable_and_unwritable_files_are_named_for_a_non_root_user(tmp_path)
         code = """
 import os, sys
 import grainpack as gp
-import grainpack.corpus.formats, grainpack.corpus.writer, grainpack.corpus.build  # before the
+import grainpack.corpus.formats, grainpack.ingest.writer, grainpack.ingest.build  # before the
 # stdlib is unreadable
 if os.geteuid() == 0:
     os.setgid(65534)

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grainpack.corpus.writer import write_corpus
 from grainpack.index.orders import global_document_order
+from grainpack.ingest.writer import write_corpus
 from grainpack.reference.packing import pack_documents
 from grainpack.reference.streaming import StreamingCorpus
 

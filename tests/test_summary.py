@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.corpus.build import merge_corpora
 from grainpack.corpus.summary import ShardSummary, block_tokens, shard_totals, summary_pieces
+from grainpack.ingest.merge import merge_corpora
 
 
 @pytest.fixture(autouse=True)

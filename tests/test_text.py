@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from grainpack.corpus.text import InputFile, TextSlice, find_inputs, plan_parts, read_documents
+from grainpack.ingest.text import InputFile, TextSlice, find_inputs, plan_parts, read_documents
 
 DOCS = ["first line", "é ☕ unicode", "", "x" * 300, "a\nmulti-line\ndocument", "last"]
 

@@ -9,9 +9,9 @@ import pickle
 import numpy as np
 import pytest
 
-from grainpack.corpus import tokenizers as tk
-from grainpack.corpus.tokenizers import ByteTokenizer, TiktokenTokenizer, load_tokenizer
+from grainpack.ingest import tokenizers as tk
 from grainpack.demo import documents
+from grainpack.ingest.tokenizers import ByteTokenizer, TiktokenTokenizer, load_tokenizer
 
 TEXTS = [*documents("en")[:40], "", "naïve café ☕ <|endoftext|>", "  two  spaces\n\nand lines"]
 

@@ -11,7 +11,7 @@ import pytest
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.verify import VerifyReport, describe_corpus, verify_corpus
-from grainpack.corpus.writer import write_corpus
+from grainpack.ingest.writer import write_corpus
 
 DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], [9], [], [10, 11]]  # shards at shard_tokens=4: 3 | 5 | 3
 

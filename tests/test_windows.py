@@ -8,8 +8,8 @@ import pickle
 import numpy as np
 import pytest
 
-from grainpack.corpus.writer import write_corpus
 from grainpack.index.mixing import BLOCK_SLOTS, choose_sources, cumulative_probabilities
+from grainpack.ingest.writer import write_corpus
 from grainpack.reference.windows import MixedStream, PackedStream
 
 

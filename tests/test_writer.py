@@ -13,7 +13,7 @@ import pytest
 
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.writer import CorpusWriter, shuffle_corpus, shuffled_order, write_corpus
+from grainpack.ingest.writer import CorpusWriter, shuffle_corpus, shuffled_order, write_corpus
 
 DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], [9], [], [10, 11]]
 
@@ -221,7 +221,7 @@ def test_corpus_writer_without_exchange_renames_twice_and_recovers(tmp_path, mon
     """On file systems without ``RENAME_EXCHANGE`` an overwrite renames the old folder aside
     first; a writer killed between the two renames leaves nothing at the path until the next
     write puts the old corpus back."""
-    from grainpack.corpus import transaction as module
+    from grainpack.ingest import transaction as module
 
     path = tmp_path / "c"
     write_corpus(path, [[1]])
@@ -244,7 +244,7 @@ def test_an_old_corpus_that_cannot_be_deleted_does_not_undo_or_block_writes(tmp_
     """The new corpus is published once the rename is done: failing to delete the replaced
     one (another user's files) warns and leaves it; a failed sync after the rename says
     that the corpus was published. Neither blocks the next write."""
-    from grainpack.corpus import transaction as module
+    from grainpack.ingest import transaction as module
 
     path = tmp_path / "c"
     write_corpus(path, [[1]])
@@ -279,7 +279,7 @@ def test_an_old_corpus_that_cannot_be_deleted_does_not_undo_or_block_writes(tmp_
 def test_two_renames_never_leave_the_path_empty_nor_restore_a_replaced_corpus(
     tmp_path, monkeypatch
 ):
-    from grainpack.corpus import transaction as module
+    from grainpack.ingest import transaction as module
 
     path, rename, rmtree = tmp_path / "c", os.rename, module.shutil.rmtree
     write_corpus(path, [[1]])
@@ -309,7 +309,7 @@ def test_two_renames_never_leave_the_path_empty_nor_restore_a_replaced_corpus(
 
 
 def test_publishing_syncs_the_folders_made_for_the_corpus(tmp_path, monkeypatch):
-    from grainpack.corpus import transaction as module
+    from grainpack.ingest import transaction as module
 
     synced, fsync_dir = [], module._fsync_dir
     monkeypatch.setattr(module, "_fsync_dir", lambda d: (synced.append(d), fsync_dir(d)))
@@ -347,7 +347,7 @@ def test_corpus_writer_refuses_a_mount_point(tmp_path, monkeypatch):
 def test_corpus_writer_buffers_are_invisible_in_the_files(tmp_path, monkeypatch):
     """Documents are buffered FLUSH_TOKENS at a time: any buffer size writes the same bytes
     and manifest, and a caller reusing its array between add() calls changes nothing."""
-    from grainpack.corpus import writer as module
+    from grainpack.ingest import writer as module
 
     rng = np.random.default_rng(3)
     docs = [rng.integers(0, 60000, size=rng.integers(0, 12)) for _ in range(60)]
@@ -431,7 +431,7 @@ def test_a_tokenizer_record_is_strict_json(tmp_path, tokenizer, error):
 
 
 def test_a_corpus_is_never_written_inside_another(tmp_path):
-    from grainpack.corpus.convert import convert_corpus
+    from grainpack.ingest.convert import convert_corpus
 
     write_corpus(tmp_path / "a", [[1, 2], [3]])
     before = sorted(os.listdir(tmp_path / "a"))

@@ -47,10 +47,10 @@ import grain
 import numpy as np
 import tqdm
 
+from grainpack.corpus.cache import cache_root
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.summary import cache_root
-from grainpack.corpus.writer import CorpusWriter
 from grainpack.index.stream import SourceRows
+from grainpack.ingest.writer import CorpusWriter
 from grainpack.pipeline import fast
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig

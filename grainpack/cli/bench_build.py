@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from grainpack.corpus.build import build_corpus
+from grainpack.corpus.cache import cache_root
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.summary import cache_root
 from grainpack.demo import documents
+from grainpack.ingest.build import build_corpus
 
 VOCAB = 32_000
 EOS = "<|endoftext|>"

@@ -445,8 +445,8 @@ def _build(args: argparse.Namespace) -> None:
         _build_input(args)
         return
     from grainpack.corpus.errors import CorpusExistsError
-    from grainpack.corpus.transaction import check_target, write_lock
-    from grainpack.corpus.writer import shuffle_corpus
+    from grainpack.ingest.transaction import check_target, write_lock
+    from grainpack.ingest.writer import shuffle_corpus
 
     check_target(output, overwrite=args.overwrite)  # before tokenizing
     staged = output.with_name(f".{output.name}.unshuffled")
@@ -528,9 +528,9 @@ def _built(args: argparse.Namespace) -> str:
 
 
 def _build_text(args: argparse.Namespace) -> None:
-    from grainpack.corpus.build import build_corpus, plan_build
-    from grainpack.corpus.distributed import build_corpus_ray
-    from grainpack.corpus.tokenizers import load_tokenizer
+    from grainpack.ingest.build import build_corpus, plan_build
+    from grainpack.ingest.distributed import build_corpus_ray
+    from grainpack.ingest.tokenizers import load_tokenizer
 
     if args.eos_id is not None or args.vocab_size is not None:
         raise ValueError(
@@ -584,7 +584,7 @@ def _build_text(args: argparse.Namespace) -> None:
 
 
 def _merge(args: argparse.Namespace) -> None:
-    from grainpack.corpus.build import merge_corpora
+    from grainpack.ingest.merge import merge_corpora
 
     src = merge_corpora(args.parts, args.output, overwrite=args.overwrite)
     print(
@@ -594,7 +594,7 @@ def _merge(args: argparse.Namespace) -> None:
 
 
 def _build_ids(args: argparse.Namespace) -> None:
-    from grainpack.corpus import convert
+    from grainpack.ingest import convert
 
     inputs = _token_files([Path(p) for p in args.inputs])
     output = Path(args.output)
@@ -876,7 +876,7 @@ def _kept(args: argparse.Namespace) -> str:
     """What an interrupted command left to resume from (a build's complete parts)."""
     if args.command != "build" or args.tokenizer is None:
         return ""
-    from grainpack.corpus.build import parts_folder
+    from grainpack.ingest.build import parts_folder
 
     staged = Path(args.output)
     if args.shuffle is not None and _key_file(staged).is_file():

@@ -382,9 +382,9 @@ def order_quality(
       variance under independent draws (1.0: as random as independent draws);
     * ``visited_once``: every document starts exactly once in the epoch.
     """
-    from grainpack.corpus.writer import shuffled_order
     from grainpack.index.blocked import BlockedOrder, BlockedRows
     from grainpack.index.stream import SourceRows
+    from grainpack.ingest.writer import shuffled_order
 
     lengths = np.concatenate(list(sparse_lengths(num_documents, seed=1)))
     results = []

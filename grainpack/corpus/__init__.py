@@ -1,2 +1,3 @@
-"""Corpora on disk: the Grain data source over memmapped shards, the native format and its
-writer, readers for Megatron and the flat-shard ``index.json`` layout, converters, verify."""
+"""Corpora on disk, the read side: the Grain data source over memmapped shards, the native
+format and its summaries, readers for Megatron and the flat-shard ``index.json`` layout,
+verify, and the host cache. Writing corpora is :mod:`grainpack.ingest`."""

@@ -50,7 +50,7 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
 
     Example:
         >>> import tempfile
-        >>> from grainpack.corpus.writer import write_corpus
+        >>> from grainpack import write_corpus
         >>> path = tempfile.mkdtemp()
         >>> _ = write_corpus(path, [[1], [2, 3]])
         >>> src = open_corpus(path)

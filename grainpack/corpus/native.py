@@ -1,7 +1,7 @@
 """The native on-disk corpus format: the manifest, its schema and opening a native corpus.
 
 Invariant: a directory is a complete corpus iff ``manifest.json`` exists; the writer publishes
-the whole directory at once, manifest included (:mod:`grainpack.corpus.writer`).
+the whole directory at once, manifest included (:mod:`grainpack.ingest.writer`).
 
 Native format (version 2), one directory::
 
@@ -23,7 +23,7 @@ Native format (version 2), one directory::
 Version 1 is version 2 without the summaries (``summary_block_docs``, ``summary_file``,
 ``summary_sha256``); it is read as well, its totals computed when needed. A corpus written
 with ``shuffle=seed`` also records ``"shuffle_seed"`` (stored document ``i`` is input
-document ``grainpack.corpus.writer.shuffled_order(i, num_documents, seed)``).
+document ``grainpack.ingest.writer.shuffled_order(i, num_documents, seed)``).
 
 ``content_sha256`` is the sha256 of the ASCII text ``"<tokens>:<offsets>"``, where ``<tokens>``
 is the hex sha256 of every token file concatenated in order and ``<offsets>`` that of the
@@ -145,7 +145,7 @@ def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any
 
     Example:
       >>> import tempfile
-      >>> from grainpack.corpus.writer import write_corpus
+      >>> from grainpack import write_corpus
       >>> path = tempfile.mkdtemp()
       >>> _ = write_corpus(path, [[1, 2], [3]], vocab_size=4)
       >>> m = read_manifest(path)

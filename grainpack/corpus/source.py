@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from grainpack.corpus.cache import cached_array
 from grainpack.corpus.errors import CorpusError, os_error
 from grainpack.corpus.shards import (
     FileIdentity,
@@ -100,7 +101,7 @@ class TokenShardSource:
 
     Example:
         >>> import tempfile
-        >>> from grainpack.corpus.writer import write_corpus
+        >>> from grainpack import write_corpus
         >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2, 3], [], [4, 5]])
         >>> len(src), src[2].tolist(), src.lengths.tolist(), src.read_tokens(1, 4).tolist()
         (3, [4, 5], [3, 0, 2], [2, 3, 4])
@@ -210,7 +211,7 @@ class TokenShardSource:
 
         Example:
             >>> import tempfile
-            >>> from grainpack.corpus.writer import write_corpus
+            >>> from grainpack import write_corpus
             >>> write_corpus(tempfile.mkdtemp(), [[7, 3]], dtype="uint32").id_bound
             7
         """
@@ -335,7 +336,7 @@ class TokenShardSource:
 
         Example:
             >>> import tempfile
-            >>> from grainpack.corpus.writer import write_corpus
+            >>> from grainpack import write_corpus
             >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2], [3], [4, 5]], shard_tokens=2)
             >>> src.document_offsets(np.array([2, 0, 3])).tolist()
             [3, 0, 5]
@@ -406,7 +407,7 @@ class TokenShardSource:
 
         Example:
             >>> import tempfile
-            >>> from grainpack.corpus.writer import write_corpus
+            >>> from grainpack import write_corpus
             >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2], [3], [4, 5]], shard_tokens=2)
             >>> src.offsets_between(1, 3).tolist()
             [2, 3, 5]
@@ -447,7 +448,7 @@ class TokenShardSource:
 
         Example:
             >>> import tempfile
-            >>> from grainpack.corpus.writer import write_corpus
+            >>> from grainpack import write_corpus
             >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2], [], [3], [4, 5]], shard_tokens=2)
             >>> src.documents_at(np.array([0, 1, 2, 3, 4])).tolist()
             [0, 0, 2, 3, 3]
@@ -584,9 +585,7 @@ class TokenShardSource:
     ) -> np.ndarray:
         """An int64 array derived from this corpus (``name`` says how), computed once per
         host: ``compute()``, kept in the cache folder under the corpus fingerprint (see
-        :mod:`grainpack.corpus.summary`), so other processes and workers read it."""
-        from grainpack.corpus.summary import cached_array  # summary reads sources
-
+        :mod:`grainpack.corpus.cache`), so other processes and workers read it."""
         return cached_array(f"{self.fingerprint[:32]}-{len(self)}-{name}", shape, compute)
 
     def size_check(self, shard: int) -> Callable[[], None]:
@@ -598,7 +597,7 @@ class TokenShardSource:
 
         Example:
             >>> import tempfile
-            >>> from grainpack.corpus.writer import write_corpus
+            >>> from grainpack import write_corpus
             >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2, 3], [4, 5]])
             >>> view, check = src.shard_view(0), src.size_check(0)
             >>> _ = open(src.shards[0].tokens_path, "r+b").truncate(2)
@@ -632,7 +631,7 @@ class TokenShardSource:
 
         Example:
             >>> import tempfile
-            >>> from grainpack.corpus.writer import write_corpus
+            >>> from grainpack import write_corpus
             >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2, 3], [4, 5]], shard_tokens=3)
             >>> view = src.shard_view(1)
             >>> np.frombuffer(b"".join([view[1:], src.shard_view(0)[1:2]]), src.dtype).tolist()

@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
@@ -38,8 +35,6 @@ __all__ = [
     "SUMMARY_BLOCK_DOCS",
     "ShardSummary",
     "block_tokens",
-    "cache_root",
-    "cached_array",
     "shard_totals",
     "summary_pieces",
 ]
@@ -114,12 +109,6 @@ class ShardSummary:
         return np.array(self.totals(), dtype="<i8").tobytes()
 
 
-def cache_root() -> Path:
-    """Where grainpack keeps what it derives (summaries, the demo and benchmark corpora):
-    ``$GRAINPACK_CACHE``, or ``~/.cache/grainpack``."""
-    return Path(os.environ.get("GRAINPACK_CACHE") or Path.home() / ".cache" / "grainpack")
-
-
 def block_tokens(source: TokenShardSource, block_docs: int) -> np.ndarray:
     """int64 tokens of every block of ``block_docs`` documents (``ceil(N / block_docs)``).
 
@@ -128,7 +117,7 @@ def block_tokens(source: TokenShardSource, block_docs: int) -> np.ndarray:
 
     Example:
         >>> import tempfile
-        >>> from grainpack.corpus.writer import write_corpus
+        >>> from grainpack import write_corpus
         >>> src = write_corpus(tempfile.mkdtemp(), [[1, 2], [3], [4, 5, 6]], shard_tokens=2)
         >>> block_tokens(src, 512).tolist()  # a multiple of the stored block: read, not cached
         [6]
@@ -138,31 +127,6 @@ def block_tokens(source: TokenShardSource, block_docs: int) -> np.ndarray:
         return _stored(source, base, block_docs)
     expected = -(-len(source) // block_docs)
     return source.cached_array(str(block_docs), (expected,), lambda: _scan(source, block_docs))
-
-
-def cached_array(
-    name: str, shape: tuple[int, ...], compute: Callable[[], np.ndarray]
-) -> np.ndarray:
-    """The int64 array of ``shape`` cached as ``name`` in the cache folder (see the module
-    docstring), or ``compute()`` stored there: a key names everything the array depends on
-    (a corpus fingerprint first), so every process and worker of a host computes it once."""
-    path = cache_root() / "summaries" / f"{name}.npy"
-    try:
-        cached = np.load(path)
-        if cached.dtype == np.int64 and cached.shape == shape:
-            return cached
-    except (OSError, ValueError):
-        pass
-    array = compute()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
-            np.save(f, array)
-        os.chmod(f.name, 0o644)  # other users' jobs on the machine read it too
-        os.replace(f.name, path)
-    except OSError as err:  # a read-only home: the array is still right, only not cached
-        logger.warning("cannot cache %s in %s: %s", name, path.parent, err)
-    return array
 
 
 def _stored(source: TokenShardSource, base: int, block_docs: int) -> np.ndarray:

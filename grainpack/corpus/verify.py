@@ -224,7 +224,7 @@ def verify_corpus(
 
     Example:
         >>> import tempfile
-        >>> from grainpack.corpus.writer import write_corpus
+        >>> from grainpack import write_corpus
         >>> d = tempfile.mkdtemp()
         >>> _ = write_corpus(d, [[1, 2], [3]], vocab_size=4)
         >>> report = verify_corpus(d)
@@ -299,7 +299,7 @@ def describe_corpus(
 
     Example:
         >>> import tempfile
-        >>> from grainpack.corpus.writer import write_corpus
+        >>> from grainpack import write_corpus
         >>> stats = describe_corpus(write_corpus(tempfile.mkdtemp(), [[1, 2], [], [9]]))
         >>> stats["documents"], stats["empty_documents"], stats["max_token_id"]
         (3, 1, 9)

@@ -23,12 +23,12 @@ import jax
 import numpy as np
 from absl import flags
 
-from grainpack.corpus.transaction import exit_with_parent, importing_main_in_a_child
 from grainpack.index.checks import check_bool, check_int, is_int
 from grainpack.pipeline.batches import FORMAT_VERSION, MAX_SLOT, PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
 from grainpack.pipeline.expand import FULL_KEYS, expand_compact
+from grainpack.processes import exit_with_parent, importing_main_in_a_child
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def process_index_and_count(
 
 def exit_with_the_consumer(worker_index: int, worker_count: int) -> None:
     """Grain worker init: the worker exits once the process that started it is gone
-    (:func:`~grainpack.corpus.transaction.exit_with_parent`)."""
+    (:func:`~grainpack.processes.exit_with_parent`)."""
     exit_with_parent()
 
 

@@ -74,7 +74,7 @@ class PackedStream:
 
     Example:
         >>> import tempfile
-        >>> from grainpack.corpus.writer import write_corpus
+        >>> from grainpack import write_corpus
         >>> path = tempfile.mkdtemp()
         >>> _ = write_corpus(path, [list(range(10))])
         >>> stream = PackedStream(path, 2, 0)
@@ -198,7 +198,7 @@ class MixedStream:
 
     Example:
         >>> import tempfile
-        >>> from grainpack.corpus.writer import write_corpus
+        >>> from grainpack import write_corpus
         >>> paths = {lang: tempfile.mkdtemp() for lang in ("en", "ar")}
         >>> _ = [write_corpus(p, [list(range(30))]) for p in paths.values()]
         >>> mix = MixedStream(paths, 4, 0)

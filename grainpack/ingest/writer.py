@@ -2,7 +2,7 @@
 # transaction lives apart.
 """``CorpusWriter``/``write_corpus``: the native format's writer (see :mod:`grainpack.corpus`).
 
-Every write is a :class:`~grainpack.corpus.transaction.Transaction`: shards and the
+Every write is a :class:`~grainpack.ingest.transaction.Transaction`: shards and the
 manifest go to a private folder next to the target, published by one atomic rename under an
 exclusive lock, so the target holds the old complete corpus or the new one at every instant.
 
@@ -42,10 +42,10 @@ from grainpack.corpus.native import (
 )
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
-from grainpack.corpus.transaction import Transaction, check_target
 from grainpack.corpus.verify import verify_corpus
 from grainpack.index.blocked import feistel, mix_key
 from grainpack.index.checks import check_seed, is_int
+from grainpack.ingest.transaction import Transaction, check_target
 
 __all__ = ["CorpusWriter", "shuffle_corpus", "shuffled_order", "write_corpus"]
 
@@ -301,7 +301,7 @@ class CorpusWriter:
     the input. A shard is closed when the next document would push it past ``shard_tokens`` and
     it already holds tokens (a longer document gets a shard of its own). Everything is written
     into a private folder next to ``path``; ``close()`` publishes it with one atomic rename
-    (see :mod:`grainpack.corpus.writer`). If the ``with`` block raises, or the process dies,
+    (see :mod:`grainpack.ingest.writer`). If the ``with`` block raises, or the process dies,
     nothing at ``path`` changes.
 
     Args:

@@ -1,7 +1,7 @@
 """The same build on a cluster: the parts are tokenized by Ray Data tasks, then merged.
 
 Ray Data is the engine Levanter and Marin use to tokenize for JAX training. Here it only
-schedules the parts of :func:`~grainpack.corpus.build.plan_build` (one task per part, one
+schedules the parts of :func:`~grainpack.ingest.build.plan_build` (one task per part, one
 CPU each, retried 3 times if it dies); each task writes its part with the same code as a
 local worker, so the corpus and its fingerprint are those of ``build_corpus``. Every node
 must see the input and ``OUT`` at the same paths (a shared file system), because the parts
@@ -16,7 +16,9 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from grainpack.corpus.build import (
+from grainpack.corpus.errors import CorpusError, CorpusExistsError
+from grainpack.corpus.source import TokenShardSource
+from grainpack.ingest.build import (
     BuildPlan,
     PathLike,
     Progress,
@@ -28,9 +30,7 @@ from grainpack.corpus.build import (
     staging,
     task_plan,
 )
-from grainpack.corpus.errors import CorpusError, CorpusExistsError
-from grainpack.corpus.source import TokenShardSource
-from grainpack.corpus.tokenizers import Tokenizer
+from grainpack.ingest.tokenizers import Tokenizer
 
 __all__ = ["build_corpus_ray"]
 
@@ -112,7 +112,7 @@ def build_corpus_ray(
     progress: bool = False,
     address: str | None = None,
 ) -> TokenShardSource:
-    """:func:`~grainpack.corpus.build.build_corpus` with the parts built by Ray tasks.
+    """:func:`~grainpack.ingest.build.build_corpus` with the parts built by Ray tasks.
 
     Uses the running Ray session if there is one, else ``ray.init(address=address)``
     (``None``: the cluster in ``RAY_ADDRESS``, or a local one on this machine's cores),

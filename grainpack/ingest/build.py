@@ -20,7 +20,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import errno
 import hashlib
 import json
 import multiprocessing
@@ -36,24 +35,17 @@ from typing import Any
 import numpy as np
 import tqdm
 
-from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
-from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.native import FORMAT_VERSION, MANIFEST_NAME, MAX_TOKEN_ID, read_manifest
-from grainpack.corpus.shards import check_offsets
+from grainpack.corpus.errors import CorpusExistsError, os_error
+from grainpack.corpus.native import MANIFEST_NAME, MAX_TOKEN_ID, read_manifest
 from grainpack.corpus.source import TokenShardSource
-from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, shard_totals
-from grainpack.corpus.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
-from grainpack.corpus.tokenizers import Tokenizer, load_tokenizer
-from grainpack.corpus.transaction import (
-    Transaction,
-    check_target,
-    exit_with_parent,
-    importing_main_in_a_child,
-    write_lock,
-)
-from grainpack.corpus.writer import CorpusWriter
+from grainpack.ingest.merge import merge_corpora
+from grainpack.ingest.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
+from grainpack.ingest.tokenizers import Tokenizer, load_tokenizer
+from grainpack.ingest.transaction import check_target, write_lock
+from grainpack.ingest.writer import CorpusWriter
+from grainpack.processes import exit_with_parent, importing_main_in_a_child
 
-__all__ = ["BuildPlan", "build_corpus", "build_part", "merge_corpora", "plan_build"]
+__all__ = ["BuildPlan", "build_corpus", "build_part", "plan_build"]
 
 PathLike = str | os.PathLike[str]
 PLAN_VERSION = 1
@@ -400,7 +392,7 @@ def build_corpus(
     """Tokenizes text files into a native corpus at ``out``, on every core, deterministically.
 
     Document ``i`` of the corpus is the ``i``-th document of the input (files in the given
-    order, see :mod:`grainpack.corpus.text`) encoded by ``tokenizer``, followed by ``eos`` if
+    order, see :mod:`grainpack.ingest.text`) encoded by ``tokenizer``, followed by ``eos`` if
     given. The manifest records the tokenizer's identity. The corpus, and its fingerprint, do
     not depend on ``workers``.
 
@@ -408,8 +400,8 @@ def build_corpus(
         inputs: Files, directories or glob patterns: ``.jsonl``, ``.jsonl.gz``,
             ``.jsonl.zst``, ``.parquet``, ``.txt`` (``.gz``, ``.zst``).
         out: The corpus directory.
-        tokenizer: A :class:`~grainpack.corpus.tokenizers.Tokenizer` or a spec for
-            :func:`~grainpack.corpus.tokenizers.load_tokenizer` (``"bytes"``,
+        tokenizer: A :class:`~grainpack.ingest.tokenizers.Tokenizer` or a spec for
+            :func:`~grainpack.ingest.tokenizers.load_tokenizer` (``"bytes"``,
             ``"tokenizer.json"``, ``"spm.model"``, ``"ranks.tiktoken"``).
         field: The JSON field or Parquet column holding the text.
         lines: Plain text: one document per non-blank line (default: one per file).
@@ -523,137 +515,3 @@ def _run_processes(plan: BuildPlan, todo: list[Path], workers: int, bar: Progres
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-# -- merge -------------------------------------------------------------------------------------
-
-
-def merge_corpora(
-    parts: Sequence[PathLike], out: PathLike, *, overwrite: bool = False
-) -> TokenShardSource:
-    """Concatenates native corpora into one at ``out`` without copying token data.
-
-    Document order is the order of ``parts``, then of their documents. Every shard file is
-    *hard-linked* into ``out`` under its new name (``tokens-00000.bin``, ...), so ``out`` must
-    be on the parts' filesystem; the parts stay valid corpora (they share the files: do not
-    modify them in place). The merged corpus is assembled next to ``out`` and published by one
-    atomic rename, as :class:`~grainpack.corpus.writer.CorpusWriter` does: until then ``out``
-    is unchanged. The manifest copies the parts' shard checksums and records the largest
-    token id; it has no ``content_sha256`` (that needs every token read again), so its
-    fingerprint covers the shard checksums. The block totals of every shard are computed
-    from its offsets (8 bytes a document; no token is read) and stored as in a written
-    corpus (format version 2), so the blocked order never scans a merged corpus. The parts
-    must agree on ``dtype``, ``vocab_size``, ``eos_id`` and ``tokenizer``.
-
-    Args:
-        parts: Native corpus directories, in the order their documents are concatenated.
-        out: Output corpus directory, on the parts' filesystem.
-        overwrite: Replace a complete corpus at ``out``.
-
-    Returns:
-        The merged corpus, opened.
-
-    Raises:
-        CorpusError: A part is not a complete native corpus, its offsets are corrupt, or the
-          parts disagree; a shard cannot be hard-linked (permissions, a full disk).
-        CorpusExistsError: ``out`` holds a corpus and ``overwrite`` is false.
-        ValueError: ``out`` is on another file system than the parts (no hard links).
-
-    Example:
-        >>> import tempfile
-        >>> from grainpack.corpus.writer import write_corpus
-        >>> d = tempfile.mkdtemp()
-        >>> _ = write_corpus(f"{d}/a", [[1, 2]]), write_corpus(f"{d}/b", [[3], [4]])
-        >>> [doc.tolist() for doc in merge_corpora([f"{d}/a", f"{d}/b"], f"{d}/ab")]
-        [[1, 2], [3], [4]]
-    """
-    if isinstance(parts, str | os.PathLike) or not parts:
-        raise ValueError(f"parts must be a non-empty list of corpus directories, got {parts!r}")
-    out = Path(out)
-    paths = [Path(p) for p in parts]
-    manifests, sources = [], []
-    for path in paths:
-        if not (path / MANIFEST_NAME).is_file():
-            raise CorpusError(
-                f"{path}: not a complete grainpack corpus (no {MANIFEST_NAME}); merge takes "
-                "native corpora: build or convert the part first"
-            )
-        sources.append(open_corpus(path))  # schema and file sizes
-        manifests.append(read_manifest(path))
-        if path.resolve() == out.resolve() or path.resolve() in out.resolve().parents:
-            raise ValueError(
-                f"the output {out} is the part {path} or lies inside it; write the merged "
-                "corpus elsewhere"
-            )
-    first = manifests[0]
-    for path, m in zip(paths[1:], manifests[1:]):
-        for key in ("dtype", "vocab_size", "eos_id", "tokenizer"):
-            if m.get(key) != first.get(key):
-                raise CorpusError(
-                    f"{path}: {key}={m.get(key)!r} but {paths[0]} has {first.get(key)!r}; "
-                    "merge only parts built with the same tokenizer and options"
-                )
-    transaction = Transaction(out, overwrite=overwrite)
-    try:
-        shards, first_document = [], 0
-        for path, m, source in zip(paths, manifests, sources):
-            for s, record in zip(m["shards"], source.shards):
-                n = len(shards)
-                names = {
-                    "tokens_file": f"tokens-{n:05d}.bin",
-                    "offsets_file": f"offsets-{n:05d}.bin",
-                }
-                for key, name in names.items():
-                    _link(path / s[key], transaction.staging / name, out)
-                # Block totals are per corpus-wide blocks of documents: the parts' do not
-                # line up in the merged corpus, so they are recomputed from the offsets.
-                # The offsets file the part was opened with (a map; its identity checked).
-                offsets = record.documents.mapped()
-                check_offsets(offsets, record.num_tokens, record.documents.path)
-                totals = shard_totals(np.diff(offsets), first_document, SUMMARY_BLOCK_DOCS)
-                summary = totals.astype("<i8").tobytes()
-                names["summary_file"] = f"summary-{n:05d}.bin"
-                transaction.write_file(names["summary_file"], summary)
-                kept = {k: v for k, v in s.items() if not k.startswith("summary_")}
-                shards.append(
-                    {**kept, **names, "summary_sha256": hashlib.sha256(summary).hexdigest()}
-                )
-                first_document += s["num_documents"]
-        keys = ("format", "dtype", "vocab_size", "eos_id")
-        manifest: dict[str, Any] = {key: first[key] for key in keys}
-        manifest["version"] = FORMAT_VERSION
-        manifest["summary_block_docs"] = SUMMARY_BLOCK_DOCS
-        manifest["num_documents"] = sum(m["num_documents"] for m in manifests)
-        manifest["num_tokens"] = sum(m["num_tokens"] for m in manifests)
-        highest = [m.get("max_token_id") for m in manifests if m["num_tokens"]]
-        if all(h is not None for h in highest):  # known for every part with tokens
-            manifest["max_token_id"] = max(highest, default=None)
-        manifest["shards"] = shards
-        if "tokenizer" in first:
-            manifest["tokenizer"] = first["tokenizer"]
-        transaction.write_manifest(manifest)
-        open_corpus(transaction.staging)  # schema and file sizes, before it replaces anything
-    except BaseException:
-        transaction.abort()
-        raise
-    transaction.publish()
-    return open_corpus(out)
-
-
-def _link(file: Path, link: Path, out: Path) -> None:
-    """Hard-links the file ``file`` names (a symbolic link is followed: ``os.link`` would link
-    the link itself, whose relative target may not resolve from ``out``) as ``link``; a
-    symbolic link to another file system stays one, to the same file."""
-    real = os.path.realpath(file)
-    try:
-        os.link(real, link)
-    except OSError as err:
-        if err.errno == errno.EXDEV and real != os.path.abspath(file):
-            os.symlink(real, link)
-            return
-        if err.errno == errno.EXDEV:
-            raise ValueError(
-                f"cannot hard-link {file} into {out} ({err.strerror}); merge never copies "
-                "tokens: put the output on the parts' file system"
-            ) from err
-        raise os_error(err, f"merging into {out} (nothing was published): hard-linking") from err

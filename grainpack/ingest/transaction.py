@@ -31,12 +31,9 @@ import ctypes
 import errno
 import fcntl
 import json
-import multiprocessing
 import os
 import secrets
 import shutil
-import signal
-import threading
 import warnings
 import weakref
 from pathlib import Path
@@ -49,8 +46,6 @@ from grainpack.index.checks import check_bool
 __all__ = [
     "Transaction",
     "check_target",
-    "exit_with_parent",
-    "importing_main_in_a_child",
     "write_lock",
 ]
 
@@ -398,29 +393,3 @@ def _abandon(staging: Path, lock: _Lock) -> None:
     """Removes an unpublished staging folder and releases the lock."""
     shutil.rmtree(staging, ignore_errors=True)
     lock.release()
-
-
-def importing_main_in_a_child() -> bool:
-    """Whether this is a spawned child still running the parent's main script."""
-    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
-
-
-def exit_with_parent() -> None:
-    """In a child process: exit once the process that started it is gone (killed, even by
-    SIGKILL), instead of living on as an orphan that holds its memory and, in a build, the
-    lock of the part it writes (the next build of the same output would meet it). A daemon
-    thread waits on the parent's sentinel, which is ready once the parent has exited (even
-    before this runs). The child also ignores SIGINT: a terminal's Ctrl-C reaches the whole
-    process group, and the parent stops its children itself (an interrupted child would
-    print its own traceback, and leave shared memory behind). Does nothing in a main
-    process."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def watch() -> None:
-        parent.join()
-        os._exit(1)
-
-    threading.Thread(target=watch, name="grainpack-orphan-watch", daemon=True).start()

@@ -20,8 +20,8 @@ import tqdm
 
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.source import TokenShardSource
-from grainpack.corpus.text import json_problem, load_json, repeated_key
-from grainpack.corpus.writer import CorpusWriter, copy_dtype, open_to_copy
+from grainpack.ingest.text import json_problem, load_json, repeated_key
+from grainpack.ingest.writer import CorpusWriter, copy_dtype, open_to_copy
 
 __all__ = ["convert_corpus", "convert_jsonl", "convert_npy"]
 
@@ -293,7 +293,7 @@ def convert_corpus(
 
     Example:
         >>> import tempfile
-        >>> from grainpack.corpus.writer import write_corpus
+        >>> from grainpack.ingest.writer import write_corpus
         >>> d = tempfile.mkdtemp()
         >>> _ = write_corpus(f"{d}/a", [[1, 2], [3]])
         >>> [x.tolist() for x in convert_corpus(f"{d}/a", f"{d}/b", dtype="uint32")]
