@@ -1,4 +1,4 @@
-"""Builds corpora with ``CorpusWriter`` so that ``tests/test_crash.py`` can SIGKILL it mid-way.
+"""Builds corpora with ``CorpusWriter`` so that ``tests/e2e/test_crash.py`` can SIGKILL it mid-way.
 
 The documents are a pure function of ``(seed, count)`` (see :func:`documents`), so the test
 knows what a complete build holds. A build prints ``started`` once the writer is open,
@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from grainpack.ingest import transaction as writer_module
 from grainpack.corpus.errors import CorpusExistsError
+from grainpack.ingest import transaction as writer_module
 from grainpack.ingest.transaction import Transaction
 from grainpack.ingest.writer import CorpusWriter
 

@@ -1,4 +1,4 @@
-"""A training loop that can be killed anywhere, launched by ``tests/test_crash.py``.
+"""A training loop that can be killed anywhere, launched by ``tests/e2e/test_crash.py``.
 
 Every process of a launch runs this script. It restores the latest Orbax checkpoint if there
 is one (train state and data iterator, through ``grainpack.CheckpointRestore``), then for each

@@ -1,4 +1,4 @@
-"""One process of an online-mixing run, launched by ``tests/test_mixture.py``.
+"""One process of an online-mixing run, launched by ``tests/curriculum/test_mixture.py``.
 
 Every process builds the pipeline from ``--config`` (``PipelineConfig`` arguments without
 ``weights``) with ``weights=gp.MixtureBandit(...)`` from ``--bandit`` (its keyword

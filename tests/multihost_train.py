@@ -1,4 +1,4 @@
-"""One process of a multi-host training run, launched by ``tests/test_multihost.py``.
+"""One process of a multi-host training run, launched by ``tests/e2e/test_multihost.py``.
 
 Every process of a launch runs this script with its own ``--process-id``. It builds the
 grainpack pipeline from ``--config`` (a JSON dict of ``PipelineConfig`` arguments), turns its

@@ -320,7 +320,7 @@ def test_orbax_save_at_a_stage_boundary_continues_identically(sources, tmp_path)
 
 # -- two real JAX processes, then two fresh ones restoring the checkpoint --------------------
 
-WORKER = pathlib.Path(__file__).with_name("mixing_train.py")
+WORKER = pathlib.Path(__file__).parents[1] / "mixing_train.py"
 LAUNCH_TIMEOUT = 90  # seconds per launch (all its processes)
 launch = functools.partial(loopback.launch, WORKER, timeout=LAUNCH_TIMEOUT)
 

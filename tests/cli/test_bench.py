@@ -55,7 +55,7 @@ def test_cli_bench_passes_its_options(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_benchmark_scripts_run_end_to_end(tmp_path):
-    root = Path(__file__).parent.parent / "benchmarks"
+    root = Path(__file__).parents[2] / "benchmarks"
     corpus, out = tmp_path / "corpus", tmp_path / "out"
     run = [sys.executable, str(root / "run.py"), "--quick", "--directory", str(corpus)]
     done = subprocess.run([*run, "--output", str(out)], capture_output=True, text=True)

@@ -428,7 +428,7 @@ def test_build_plain_text_needs_a_tokenizer(tmp_path, capsys):
 
 @pytest.mark.parametrize("kind", ["bytes", "huggingface", "sentencepiece", "tiktoken"])
 def test_build_with_each_tokenizer_gives_its_encode(tmp_path, capsys, tokenizer_files, kind):
-    from test_build import TEXTS, expected_ids, write_input
+    from texts import TEXTS, expected_ids, write_input
 
     source = write_input(tmp_path / "docs.jsonl.gz", TEXTS)
     tokenizer = "bytes" if kind == "bytes" else str(tokenizer_files[kind])

@@ -22,7 +22,7 @@ import pytest
 
 import grainpack as gp
 
-WORKER = pathlib.Path(__file__).with_name("multihost_train.py")
+WORKER = pathlib.Path(__file__).parents[1] / "multihost_train.py"
 LAUNCH_TIMEOUT = 60  # seconds per launch (all its processes)
 launch = functools.partial(loopback.launch, WORKER, timeout=LAUNCH_TIMEOUT)
 SAVE_STEP, STEPS, BATCH = 3, 6, 8

@@ -40,7 +40,7 @@ import pytest
 import grainpack as gp
 from grainpack.pipeline.dataset import batch_digest
 
-TESTS = pathlib.Path(__file__).resolve().parent
+TESTS = pathlib.Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 CRASH_WRITER = TESTS / "crash_writer.py"
 FAULT_TRAIN = TESTS / "fault_train.py"

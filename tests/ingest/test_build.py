@@ -15,52 +15,18 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-import zstandard
+from texts import TEXTS, expected_ids, write_input
 
 import grainpack as gp
-from grainpack.ingest import build, merge
 from grainpack.corpus.verify import describe_corpus
-from grainpack.demo import documents
+from grainpack.ingest import build, merge
 from grainpack.ingest.build import build_corpus, plan_build
 from grainpack.ingest.merge import merge_corpora
 from grainpack.ingest.tokenizers import ByteTokenizer, load_tokenizer
 from grainpack.ingest.transaction import write_lock
 
-TEXTS = documents("en")  # ~640 docstrings of the standard library, ~256 KB
-REPO = Path(__file__).resolve().parents[1]
-
-
-def write_input(path: Path, texts: list[str]) -> Path:
-    """``texts`` in the format that ``path``'s name says (plain text: one per line)."""
-    name = path.name
-    if name.endswith(".parquet"):
-        pq.write_table(pa.table({"text": texts}), path, row_group_size=100)
-        return path
-    if ".jsonl" in name:
-        data = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
-    else:
-        data = "".join(t + "\n" for t in texts).encode()
-    if name.endswith(".gz"):
-        data = gzip.compress(data)
-    elif name.endswith(".zst"):
-        data = zstandard.ZstdCompressor().compress(data)
-    path.write_bytes(data)
-    return path
-
-
-def expected_ids(tokenizer, texts, eos=None):
-    """The tokenizer library's own ``encode`` of each text (grainpack's batch path not used)."""
-    tok = load_tokenizer(tokenizer)
-    encode = {
-        "bytes": lambda t: list(t.encode()),
-        "huggingface": lambda t: tok.model.encode(t).ids,
-        "sentencepiece": lambda t: tok.model.encode(t),
-        "tiktoken": lambda t: tok.model.encode(t),  # no special-token text in these documents
-    }[tok.kind]
-    return [list(encode(t)) + ([] if eos is None else [eos]) for t in texts]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def spec(tokenizer_files, kind):
@@ -464,7 +430,7 @@ def test_a_killed_builds_workers_exit_and_the_same_command_resumes_at_once(tmp_p
         f"build_corpus({[str(p) for p in inputs]}, {str(out)!r}, "
         f"tokenizer=SlowOn(60, {str(slow)!r}), workers=2, part_bytes=1)"
     )
-    env = {**os.environ, "PYTHONPATH": f"{REPO}:{Path(__file__).parent}"}
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{Path(__file__).parents[1]}"}
     child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while len(list(slow.iterdir())) < 2:  # both workers inside SLOW parts (a minute each)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import grainpack as gp
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 
 

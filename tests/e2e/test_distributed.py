@@ -6,7 +6,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from test_build import TEXTS, expected_ids, write_input
+from texts import TEXTS, expected_ids, write_input
 
 from grainpack.corpus.formats import open_corpus
 from grainpack.ingest.build import build_corpus
@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def local_ray():
-    tests = str(Path(__file__).parent)  # the tasks import dying_tokenizer
+    tests = str(Path(__file__).parents[1])  # the tasks import dying_tokenizer
     with warnings.catch_warnings():  # JAX's fork warning, if imported: Ray forks to exec
         warnings.filterwarnings("ignore", r"os\.fork\(\) was called", RuntimeWarning)
         ray.init(
@@ -78,8 +78,8 @@ def test_a_part_whose_task_always_dies_fails_after_the_retries_keeping_parts(tmp
 def test_a_part_locked_by_another_writer_comes_back_as_its_own_error(tmp_path):
     # A Ray task returns errors as data; a CorpusExistsError (a part still written by
     # another process) must stay one, so that the build keeps its complete parts.
-    from grainpack.ingest import distributed
     from grainpack.corpus.errors import CorpusExistsError
+    from grainpack.ingest import distributed
     from grainpack.ingest.build import plan_build
     from grainpack.ingest.transaction import write_lock
 

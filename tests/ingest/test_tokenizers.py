@@ -9,8 +9,8 @@ import pickle
 import numpy as np
 import pytest
 
-from grainpack.ingest import tokenizers as tk
 from grainpack.demo import documents
+from grainpack.ingest import tokenizers as tk
 from grainpack.ingest.tokenizers import ByteTokenizer, TiktokenTokenizer, load_tokenizer
 
 TEXTS = [*documents("en")[:40], "", "naïve café ☕ <|endoftext|>", "  two  spaces\n\nand lines"]

@@ -688,7 +688,7 @@ shard = path / "tokens-00003.bin"
 def run_child(code: str, *args: str, user: int | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(pathlib.Path(__file__).parents[1]), env.get("PYTHONPATH")) if p
+        p for p in (str(pathlib.Path(__file__).parents[2]), env.get("PYTHONPATH")) if p
     )
     return subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=env
