@@ -36,10 +36,23 @@ _ALIASES = {
 }
 
 
+def _meant(name: str, known: list[str]) -> str | None:
+    """The field that ``name`` (not a field) most likely meant, if any."""
+    return _ALIASES.get(name) or next(iter(difflib.get_close_matches(name, known, 1)), None)
+
+
 def _suggest(name: str, known: list[str]) -> str:
     """``name`` (not a field) with the field it most likely meant."""
-    guess = _ALIASES.get(name) or next(iter(difflib.get_close_matches(name, known, 1)), None)
+    guess = _meant(name, known)
     return repr(name) if guess is None else f"{name!r} (did you mean {guess!r}?)"
+
+
+def _no_json(field: str, value: Any) -> None:
+    raise ValueError(
+        f"{field}={value!r} is a Python object, which has no JSON form: to_dict cannot write "
+        f"it. Write the config without it, e.g. dataclasses.replace(config, {field}=None)"
+        ".to_dict(), and set it in code"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,6 +353,94 @@ class PipelineConfig:
         """
         step = check_int("step", step)
         return probabilities_at(self.schedule.segments(step, step + 1)[0], step)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as JSON-able data: the inverse of :meth:`from_dict`.
+
+        Paths are strings, schedules are lists ``[start, {name: weight}, ramp]`` and a blocked
+        order is ``{"kind": "blocked", "block_docs": C, "window_blocks": K}``. Python objects
+        have no JSON form, so a ``sequence_selector`` or an online schedule as ``weights``
+        (:class:`~grainpack.MixtureBandit`) cannot round-trip and are refused.
+
+        Raises:
+          ValueError: the config holds a ``sequence_selector`` or an online schedule.
+
+        Example:
+          >>> cfg = PipelineConfig(sources={"en": "/data/en"}, block=8, global_batch_size=4)
+          >>> cfg.to_dict()["sources"], cfg.to_dict()["order"]
+          ({'en': '/data/en'}, 'exact')
+          >>> PipelineConfig.from_dict(cfg.to_dict()) == cfg
+          True
+        """
+        if self.sequence_selector is not None:
+            _no_json("sequence_selector", self.sequence_selector)
+        if isinstance(self.weights, WeightSchedule):  # online: a bandit
+            _no_json("weights", self.weights)
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for field in ("weights", "premiums"):
+            if isinstance(fields[field], tuple):  # stages
+                fields[field] = [[s.start, dict(s.weights), s.ramp] for s in fields[field]]
+            elif fields[field] is not None:
+                fields[field] = dict(fields[field])
+        fields["sources"] = dict(self.sources)
+        if isinstance(self.order, BlockedOrder):
+            fields["order"] = self.order.description()
+        return fields
+
+    @classmethod
+    def from_dict(cls, fields: Mapping[str, Any]) -> PipelineConfig:
+        """A config from its fields as JSON-able data (e.g. a ``run.json``): the inverse of
+        :meth:`to_dict`.
+
+        Accepts what ``to_dict`` writes, and the same data with defaults left out, schedule
+        stages without a ramp (``[start, {name: weight}]``) and a blocked order without its
+        ``"kind"`` (``{"block_docs": C, "window_blocks": K}``). Values are validated as by
+        the constructor.
+
+        Raises:
+          ValueError: ``fields`` names an unknown field (the error suggests the one meant),
+            lacks ``sources``, ``block`` or ``global_batch_size``, or gives an ``order``
+            that is neither ``"exact"`` nor a blocked order.
+          TypeError: ``fields`` is not a mapping.
+
+        Example:
+          >>> cfg = PipelineConfig.from_dict({
+          ...     "sources": {"en": "/data/en", "fr": "/data/fr"}, "block": 8,
+          ...     "global_batch_size": 4, "weights": [[0, {"en": 0.75, "fr": 0.25}],
+          ...                                         [100, {"en": 0.25, "fr": 0.75}, 10]],
+          ...     "order": {"block_docs": 64, "window_blocks": 16}})
+          >>> cfg.probabilities_at(105), cfg.order
+          ((0.5, 0.5), BlockedOrder(block_docs=64, window_blocks=16))
+        """
+        known = [f.name for f in dataclasses.fields(cls)]
+        if not isinstance(fields, Mapping):
+            raise TypeError(
+                f"expected a JSON object of PipelineConfig fields ({', '.join(sorted(known))}), "
+                f"got a {type(fields).__name__}"
+            )
+        unknown = sorted(set(fields) - set(known))
+        if unknown:
+            hint = ", ".join(repr(_meant(n, known)) for n in unknown if _meant(n, known))
+            raise ValueError(
+                f"unknown PipelineConfig fields {unknown}"
+                + (f" (did you mean {hint}?)" if hint else "")
+                + f"; the fields are {', '.join(sorted(known))}"
+            )
+        missing = [k for k in ("sources", "block", "global_batch_size") if k not in fields]
+        if missing:
+            raise ValueError(f"PipelineConfig needs {', '.join(missing)}; none given")
+        fields = dict(fields)
+        order = fields.get("order")
+        if isinstance(order, Mapping):  # as BlockedOrder.description() writes it
+            spec = {k: v for k, v in order.items() if k != "kind"}
+            blocked = order.get("kind", "blocked") == "blocked"
+            if not blocked or set(spec) - {"block_docs", "window_blocks"}:
+                raise ValueError(
+                    f'"order" must be "exact" or {{"block_docs": C, "window_blocks": K}} '
+                    f"(a BlockedOrder); got {order}"
+                )
+            fields["order"] = BlockedOrder(**spec)
+        return cls(**fields)
 
     @property
     def blocked(self) -> BlockedOrder | None:

@@ -296,3 +296,111 @@ def test_an_online_schedule_is_described_by_its_configuration():
     assert cfg.probabilities == (0.8, 0.2)
     bandit.update(0, [1.0, 2.0])
     assert cfg.description()["schedule"] == described  # learning keeps the fingerprint
+
+
+def test_to_dict_writes_every_field_as_json():
+    cfg = gp.PipelineConfig(
+        sources=PATHS,
+        block=8,
+        global_batch_size=4,
+        seed=3,
+        premiums=[(0, {"en": 1.0, "fr": 3.0}), gp.Stage(10, {"en": 1, "fr": 1}, ramp=5)],
+        boundary_id=9,
+        order=gp.BlockedOrder(block_docs=16, window_blocks=4),
+        layout="compact",
+    )
+    assert cfg.to_dict() == {
+        "sources": {"en": "/data/en", "fr": "/data/fr"},
+        "block": 8,
+        "global_batch_size": 4,
+        "seed": 3,
+        "weights": None,
+        "premiums": [[0, {"en": 1.0, "fr": 3.0}, 0], [10, {"en": 1.0, "fr": 1.0}, 5]],
+        "unit": "documents",
+        "boundary_id": 9,
+        "pad_id": 0,
+        "sequence_selector": None,
+        "provenance": False,
+        "order": {"kind": "blocked", "block_docs": 16, "window_blocks": 4},
+        "layout": "compact",
+    }
+    assert json.loads(json.dumps(cfg.to_dict())) == cfg.to_dict()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},  # every default
+        {"weights": {"en": 0.25, "fr": 0.75}, "seed": 2**64 - 1, "provenance": True},
+        {"weights": [(0, {"en": 0.5, "fr": 0.5}), gp.Stage(4, {"en": 1, "fr": 0}, ramp=2)]},
+        {"premiums": {"en": 1.0, "fr": 2.0}, "layout": "compact", "pad_id": 7},
+        {"unit": "windows", "order": gp.BlockedOrder(block_docs=8, window_blocks=2)},
+    ],
+)
+def test_from_dict_inverts_to_dict(fields):
+    cfg = gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, **fields)
+    again = gp.PipelineConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert again == cfg and again.description() == cfg.description()
+
+
+def test_from_dict_takes_the_short_forms_of_a_run_json():
+    cfg = gp.PipelineConfig.from_dict(
+        {
+            "sources": PATHS,
+            "block": 8,
+            "global_batch_size": 4,
+            "weights": [[0, {"en": 0.875, "fr": 0.125}], [4, {"en": 0.125, "fr": 0.875}, 4]],
+            "order": {"block_docs": 2, "window_blocks": 3},
+        }
+    )
+    assert cfg.weights == (
+        gp.Stage(0, {"en": 0.875, "fr": 0.125}, 0),
+        gp.Stage(4, {"en": 0.125, "fr": 0.875}, 4),
+    )
+    assert cfg.order == gp.BlockedOrder(block_docs=2, window_blocks=3)
+    assert cfg.probabilities_at(6) == (0.5, 0.5)
+    exact = gp.PipelineConfig.from_dict({"sources": PATHS, "block": 8, "global_batch_size": 4})
+    assert exact == gp.PipelineConfig.from_dict({**exact.to_dict(), "order": "exact"})
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "match"),
+    [
+        (["sources"], TypeError, r"expected a JSON object of PipelineConfig fields \(block, "),
+        (
+            {"sources": PATHS, "blocks": 8},
+            ValueError,
+            r"unknown PipelineConfig fields \['blocks'\] \(did you mean 'block'\?\); the fields "
+            r"are block, boundary_id, global_batch_size, layout, order, pad_id, premiums",
+        ),
+        # another loader's name for a field is recognised
+        ({"seq_len": 8}, ValueError, r"fields \['seq_len'\] \(did you mean 'block'\?\)"),
+        ({"zzz": 8}, ValueError, r"fields \['zzz'\]; the fields are block,"),
+        ({"sources": PATHS}, ValueError, "PipelineConfig needs block, global_batch_size; none"),
+        (
+            {"order": {"block": 2}},
+            ValueError,
+            r'"order" must be "exact" or \{"block_docs": C, "window_blocks": K\} \(a Blocked',
+        ),
+        ({"order": {"kind": "exact"}}, ValueError, '"order" must be "exact" or'),
+        ({"order": "blocked"}, ValueError, "order must be 'exact' or a gp.BlockedOrder"),
+        # values are checked by the constructor
+        ({"seed": -1}, ValueError, "seed must be >= 0"),
+        ({"weights": [0.5, 0.5]}, TypeError, "weights must be a mapping name -> number, or a"),
+    ],
+)
+def test_from_dict_refuses_what_is_not_a_config(fields, error, match):
+    if isinstance(fields, dict) and "sources" not in fields and "seq_len" not in fields:
+        fields = {"sources": PATHS, "block": 8, "global_batch_size": 4, **fields}
+    with pytest.raises(error, match=match):
+        gp.PipelineConfig.from_dict(fields)
+
+
+def test_to_dict_refuses_python_objects_it_cannot_write():
+    cfg = gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, sequence_selector=keep_all)
+    with pytest.raises(ValueError, match=r"sequence_selector=<function keep_all at .*no JSON form"):
+        cfg.to_dict()
+    bandit = gp.MixtureBandit(["en", "fr"], stage_steps=5)
+    cfg = gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, weights=bandit)
+    with pytest.raises(ValueError, match=r"weights=MixtureBandit\(.*dataclasses.replace\(config, "):
+        cfg.to_dict()
