@@ -10,226 +10,175 @@
 Every batch is a pure function of (config, global step): the iterator state is the step,
 restores are exact and elastic, and the batches do not depend on process or worker counts.
 
-This front door holds what a training loop needs and the reference APIs of the two
-specifications grainpack was built from. Every name is loaded on first use, so
+This front door holds what a training loop needs (``__all__``). The rest lives in
+namespaces, each loaded on first use:
+
+* ``grainpack.corpus``: the read side (``TokenShardSource``, ``describe_corpus``,
+  ``read_manifest``, ``VerifyReport``).
+* ``grainpack.ingest``: the write side (``CorpusWriter``, ``merge_corpora``,
+  ``convert_*``, tokenizers, the Ray build).
+* ``grainpack.mixing``: weights, schedules and accounting (``Stage``, ``token_premiums``,
+  ``mixture_accounting``, ``MixtureMonitor``, ...).
+* ``grainpack.curriculum``: selectors, bandits and their protocols.
+* ``grainpack.reference``: the two specifications' APIs, bit for bit. The names the
+  specifications give (``pack_documents``, ``MixedStream``, ``splitmix64``, ...) are also
+  ``grainpack.<name>``.
+* ``grainpack.index`` (pure index math), ``grainpack.pipeline`` (the Grain pipeline),
+  ``grainpack.jax`` and ``grainpack.orbax``.
+
 ``import grainpack`` (the ``grainpack`` command, a Grain worker unpickling a grainpack
-element) imports neither Grain, JAX nor Orbax until ``make_dataset``, ``make_global_batch``
-or a checkpoint argument is used. The layers live in subpackages: ``grainpack.index``
-(pure index math), ``grainpack.corpus`` (on-disk formats), ``grainpack.curriculum``,
-``grainpack.reference``, ``grainpack.pipeline`` (the Grain pipeline), ``grainpack.jax`` and
-``grainpack.orbax``.
+element) imports neither Grain, JAX nor Orbax until ``make_dataset``,
+``make_global_batch`` or a checkpoint argument is used. A name that moved to a namespace
+still resolves here for one release, with a ``DeprecationWarning`` naming its new home.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from grainpack.corpus.errors import CorpusError, CorpusExistsError, CorpusNotFoundError
-    from grainpack.corpus.formats import open_corpus
-    from grainpack.corpus.native import read_manifest
-    from grainpack.corpus.source import TokenShardSource
-    from grainpack.corpus.verify import VerifyReport, describe_corpus, verify_corpus
-    from grainpack.curriculum.bandit import LengthBandit
-    from grainpack.curriculum.mixture import MixtureBandit
-    from grainpack.curriculum.online import UndecidedEpochError
-    from grainpack.curriculum.protocols import RateSchedule, Selector
-    from grainpack.curriculum.selectors import (
-        BucketReport,
-        Chain,
-        LengthBuckets,
-        LinearRamp,
-        PerSource,
-    )
-    from grainpack.index.blocked import BlockedOrder
-    from grainpack.index.hashing import splitmix64
-    from grainpack.index.orders import (
-        SequenceSelector,
-        global_document_order,
-        shard_documents_for_rank,
-        window_permutation,
-    )
-    from grainpack.index.schedule import Stage
-    from grainpack.index.slots import slot_order
-    from grainpack.index.weights import content_probabilities, token_premiums
-    from grainpack.ingest.build import build_corpus
-    from grainpack.ingest.convert import convert_corpus, convert_jsonl, convert_npy
-    from grainpack.ingest.merge import merge_corpora
-    from grainpack.ingest.writer import CorpusWriter, write_corpus
-    from grainpack.jax import expand, make_global_batch, prefetch_to_device
-    from grainpack.orbax import CheckpointRestore, CheckpointSave
-    from grainpack.pipeline.accounting import (
-        MixtureMonitor,
-        MixtureWarning,
-        RepeatCapExceeded,
-        SourceAccount,
-        mixture_accounting,
-        selector_report,
-        target_shares,
-        window_shares,
-    )
-    from grainpack.pipeline.config import PipelineConfig
-    from grainpack.pipeline.dataset import (
-        ConfigMismatchError,
-        PipelineIterator,
-        make_data_loader,
-        make_dataset,
-        make_eval_dataset,
-    )
-    from grainpack.reference.packing import PackedCorpus, pack_documents
-    from grainpack.reference.streaming import StreamingCorpus
-    from grainpack.reference.windows import (
-        MixedStream,
-        PackedStream,
-        StreamArgumentError,
-        StreamTooSmall,
-    )
 
 __version__ = "0.1.0"
 
-# Every public name, loaded on first use: `import grainpack` costs (almost) nothing, and
-# nothing imports Grain, JAX or Orbax until a name that needs them is used.
-_PUBLIC = {
-    "BlockedOrder": "grainpack.index.blocked",
-    "build_corpus": "grainpack.ingest.build",
-    "merge_corpora": "grainpack.ingest.merge",
-    "convert_corpus": "grainpack.ingest.convert",
-    "convert_jsonl": "grainpack.ingest.convert",
-    "convert_npy": "grainpack.ingest.convert",
-    "CorpusError": "grainpack.corpus.errors",
-    "CorpusExistsError": "grainpack.corpus.errors",
-    "CorpusNotFoundError": "grainpack.corpus.errors",
-    "open_corpus": "grainpack.corpus.formats",
-    "read_manifest": "grainpack.corpus.native",
-    "TokenShardSource": "grainpack.corpus.source",
-    "VerifyReport": "grainpack.corpus.verify",
-    "describe_corpus": "grainpack.corpus.verify",
-    "verify_corpus": "grainpack.corpus.verify",
-    "CorpusWriter": "grainpack.ingest.writer",
-    "write_corpus": "grainpack.ingest.writer",
-    "LengthBandit": "grainpack.curriculum.bandit",
-    "MixtureBandit": "grainpack.curriculum.mixture",
-    "UndecidedEpochError": "grainpack.curriculum.online",
-    "RateSchedule": "grainpack.curriculum.protocols",
-    "Selector": "grainpack.curriculum.protocols",
-    "BucketReport": "grainpack.curriculum.selectors",
-    "Chain": "grainpack.curriculum.selectors",
-    "LengthBuckets": "grainpack.curriculum.selectors",
-    "LinearRamp": "grainpack.curriculum.selectors",
-    "PerSource": "grainpack.curriculum.selectors",
-    "splitmix64": "grainpack.index.hashing",
-    "SequenceSelector": "grainpack.index.orders",
-    "global_document_order": "grainpack.index.orders",
-    "shard_documents_for_rank": "grainpack.index.orders",
-    "window_permutation": "grainpack.index.orders",
-    "Stage": "grainpack.index.schedule",
-    "slot_order": "grainpack.index.slots",
-    "content_probabilities": "grainpack.index.weights",
-    "token_premiums": "grainpack.index.weights",
-    "expand": "grainpack.jax",
-    "make_global_batch": "grainpack.jax",
-    "prefetch_to_device": "grainpack.jax",
+# The front door: name -> the namespace that exports it. `__all__`, the lazy loading and
+# `dir()` derive from this table; tests/test_layers.py checks the imports below against it.
+_FRONT_DOOR = {
+    "BlockedOrder": "grainpack.index",
     "CheckpointRestore": "grainpack.orbax",
     "CheckpointSave": "grainpack.orbax",
-    "MixtureMonitor": "grainpack.pipeline.accounting",
-    "MixtureWarning": "grainpack.pipeline.accounting",
-    "RepeatCapExceeded": "grainpack.pipeline.accounting",
-    "SourceAccount": "grainpack.pipeline.accounting",
-    "mixture_accounting": "grainpack.pipeline.accounting",
-    "selector_report": "grainpack.pipeline.accounting",
-    "target_shares": "grainpack.pipeline.accounting",
-    "window_shares": "grainpack.pipeline.accounting",
-    "PipelineConfig": "grainpack.pipeline.config",
-    "PipelineIterator": "grainpack.pipeline.dataset",
-    "make_data_loader": "grainpack.pipeline.dataset",
-    "make_dataset": "grainpack.pipeline.dataset",
-    "make_eval_dataset": "grainpack.pipeline.dataset",
-    "ConfigMismatchError": "grainpack.pipeline.dataset",
-    "PackedCorpus": "grainpack.reference.packing",
-    "pack_documents": "grainpack.reference.packing",
-    "StreamingCorpus": "grainpack.reference.streaming",
-    "MixedStream": "grainpack.reference.windows",
-    "PackedStream": "grainpack.reference.windows",
-    "StreamArgumentError": "grainpack.reference.windows",
-    "StreamTooSmall": "grainpack.reference.windows",
+    "ConfigMismatchError": "grainpack.pipeline",
+    "CorpusError": "grainpack.corpus",
+    "CorpusExistsError": "grainpack.corpus",
+    "CorpusNotFoundError": "grainpack.corpus",
+    "PipelineConfig": "grainpack.pipeline",
+    "PipelineIterator": "grainpack.pipeline",
+    "Stage": "grainpack.mixing",
+    "build_corpus": "grainpack.ingest",
+    "expand": "grainpack.jax",
+    "make_dataset": "grainpack.pipeline",
+    "make_eval_dataset": "grainpack.pipeline",
+    "make_global_batch": "grainpack.jax",
+    "open_corpus": "grainpack.corpus",
+    "prefetch_to_device": "grainpack.jax",
+    "verify_corpus": "grainpack.corpus",
+    "write_corpus": "grainpack.ingest",
 }
+
+# The names the two specifications give their API: `grainpack.<name>` as they write it, no
+# warning, not in `__all__` (their home is `grainpack.reference`).
+_REFERENCE = (
+    "MixedStream",
+    "PackedCorpus",
+    "PackedStream",
+    "StreamingCorpus",
+    "global_document_order",
+    "pack_documents",
+    "shard_documents_for_rank",
+    "splitmix64",
+)
+
+# Names that left the front door (release 0.1.0 exported them here): old name -> new home.
+# They resolve for one more release, with a DeprecationWarning, as optax moves its names.
+_MOVED = {
+    "BucketReport": "grainpack.curriculum",
+    "Chain": "grainpack.curriculum",
+    "LengthBandit": "grainpack.curriculum",
+    "LengthBuckets": "grainpack.curriculum",
+    "LinearRamp": "grainpack.curriculum",
+    "MixtureBandit": "grainpack.curriculum",
+    "PerSource": "grainpack.curriculum",
+    "RateSchedule": "grainpack.curriculum",
+    "Selector": "grainpack.curriculum",
+    "SequenceSelector": "grainpack.curriculum",
+    "UndecidedEpochError": "grainpack.curriculum",
+    "MixtureMonitor": "grainpack.mixing",
+    "MixtureWarning": "grainpack.mixing",
+    "RepeatCapExceeded": "grainpack.mixing",
+    "SourceAccount": "grainpack.mixing",
+    "content_probabilities": "grainpack.mixing",
+    "mixture_accounting": "grainpack.mixing",
+    "selector_report": "grainpack.mixing",
+    "target_shares": "grainpack.mixing",
+    "token_premiums": "grainpack.mixing",
+    "window_shares": "grainpack.mixing",
+    "CorpusWriter": "grainpack.ingest",
+    "convert_corpus": "grainpack.ingest",
+    "convert_jsonl": "grainpack.ingest",
+    "convert_npy": "grainpack.ingest",
+    "merge_corpora": "grainpack.ingest",
+    "TokenShardSource": "grainpack.corpus",
+    "VerifyReport": "grainpack.corpus",
+    "describe_corpus": "grainpack.corpus",
+    "read_manifest": "grainpack.corpus",
+    "StreamArgumentError": "grainpack.reference",
+    "StreamTooSmall": "grainpack.reference",
+    "make_data_loader": "grainpack.pipeline",
+    "slot_order": "grainpack.index",
+    "window_permutation": "grainpack.index",
+}
+
+_NAMESPACES = (
+    "corpus",
+    "curriculum",
+    "index",
+    "ingest",
+    "jax",
+    "mixing",
+    "orbax",
+    "pipeline",
+    "reference",
+)
+
+if TYPE_CHECKING:
+    from grainpack.corpus import CorpusError as CorpusError
+    from grainpack.corpus import CorpusExistsError as CorpusExistsError
+    from grainpack.corpus import CorpusNotFoundError as CorpusNotFoundError
+    from grainpack.corpus import open_corpus as open_corpus
+    from grainpack.corpus import verify_corpus as verify_corpus
+    from grainpack.index import BlockedOrder as BlockedOrder
+    from grainpack.ingest import build_corpus as build_corpus
+    from grainpack.ingest import write_corpus as write_corpus
+    from grainpack.jax import expand as expand
+    from grainpack.jax import make_global_batch as make_global_batch
+    from grainpack.jax import prefetch_to_device as prefetch_to_device
+    from grainpack.mixing import Stage as Stage
+    from grainpack.orbax import CheckpointRestore as CheckpointRestore
+    from grainpack.orbax import CheckpointSave as CheckpointSave
+    from grainpack.pipeline import ConfigMismatchError as ConfigMismatchError
+    from grainpack.pipeline import PipelineConfig as PipelineConfig
+    from grainpack.pipeline import PipelineIterator as PipelineIterator
+    from grainpack.pipeline import make_dataset as make_dataset
+    from grainpack.pipeline import make_eval_dataset as make_eval_dataset
+    from grainpack.reference import MixedStream as MixedStream
+    from grainpack.reference import PackedCorpus as PackedCorpus
+    from grainpack.reference import PackedStream as PackedStream
+    from grainpack.reference import StreamingCorpus as StreamingCorpus
+    from grainpack.reference import global_document_order as global_document_order
+    from grainpack.reference import pack_documents as pack_documents
+    from grainpack.reference import shard_documents_for_rank as shard_documents_for_rank
+    from grainpack.reference import splitmix64 as splitmix64
+
+__all__ = sorted(_FRONT_DOOR)
 
 
 def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
+    if name in _NAMESPACES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _MOVED:
+        home = _MOVED[name]
+        warnings.warn(
+            f"grainpack.{name} moved to {home}.{name}; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(home), name)  # not cached: warns every time
+    home = _FRONT_DOOR.get(name) or ("grainpack.reference" if name in _REFERENCE else None)
+    if home is None:
         raise AttributeError(f"module 'grainpack' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
-
-
-__all__ = [
-    "BlockedOrder",
-    "BucketReport",
-    "Chain",
-    "CheckpointRestore",
-    "CheckpointSave",
-    "ConfigMismatchError",
-    "CorpusError",
-    "CorpusExistsError",
-    "CorpusNotFoundError",
-    "CorpusWriter",
-    "LengthBandit",
-    "LengthBuckets",
-    "LinearRamp",
-    "MixedStream",
-    "MixtureBandit",
-    "MixtureMonitor",
-    "MixtureWarning",
-    "PackedCorpus",
-    "PackedStream",
-    "PerSource",
-    "PipelineConfig",
-    "PipelineIterator",
-    "RateSchedule",
-    "RepeatCapExceeded",
-    "Selector",
-    "SequenceSelector",
-    "SourceAccount",
-    "Stage",
-    "StreamArgumentError",
-    "StreamTooSmall",
-    "StreamingCorpus",
-    "TokenShardSource",
-    "UndecidedEpochError",
-    "VerifyReport",
-    "build_corpus",
-    "content_probabilities",
-    "convert_corpus",
-    "convert_jsonl",
-    "convert_npy",
-    "describe_corpus",
-    "expand",
-    "global_document_order",
-    "make_data_loader",
-    "make_dataset",
-    "make_eval_dataset",
-    "make_global_batch",
-    "merge_corpora",
-    "mixture_accounting",
-    "open_corpus",
-    "pack_documents",
-    "prefetch_to_device",
-    "read_manifest",
-    "selector_report",
-    "shard_documents_for_rank",
-    "slot_order",
-    "splitmix64",
-    "target_shares",
-    "token_premiums",
-    "verify_corpus",
-    "window_permutation",
-    "window_shares",
-    "write_corpus",
-]
+    return sorted({*globals(), *_FRONT_DOOR, *_REFERENCE, *_NAMESPACES})

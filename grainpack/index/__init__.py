@@ -2,4 +2,41 @@
 
 Every function here maps integers and document lengths to integers; tokens never flow
 through this layer. It imports numpy and the standard library only (a test enforces it).
+
+Exported: ``BlockedOrder`` (the document order that scales: blocks of stored documents,
+shuffled within windows), ``slot_order`` (global-array rows -> slot order) and
+``window_permutation`` (the window loader's order of an epoch). The specifications' orders
+and hash are exported by :mod:`grainpack.reference`, the mixture stages by
+:mod:`grainpack.mixing`.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> its module, loaded on first use (tests/test_layers.py checks the imports below).
+_EXPORTS = {
+    "BlockedOrder": "grainpack.index.blocked",
+    "slot_order": "grainpack.index.slots",
+    "window_permutation": "grainpack.index.orders",
+}
+
+if TYPE_CHECKING:
+    from grainpack.index.blocked import BlockedOrder as BlockedOrder
+    from grainpack.index.orders import window_permutation as window_permutation
+    from grainpack.index.slots import slot_order as slot_order
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

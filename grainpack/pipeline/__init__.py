@@ -1,4 +1,47 @@
 """The Grain pipeline: config, the data source of batches, gathering tokens, expansion,
 Grain elements, the dataset and its iterator state, mixture accounting.
 
-Only ``grainpack.pipeline.dataset`` and ``grainpack.pipeline.elements`` import Grain."""
+Only ``grainpack.pipeline.dataset`` and ``grainpack.pipeline.elements`` import Grain.
+
+Exported: ``PipelineConfig``, ``make_dataset`` (-> a Grain dataset whose iterator is a
+``PipelineIterator``; its state is the step), ``make_eval_dataset``, ``make_data_loader``
+(the same batches through ``grain.DataLoader``) and ``ConfigMismatchError`` (a restore
+into another pipeline). The accounting is exported by :mod:`grainpack.mixing`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> its module, loaded on first use (tests/test_layers.py checks the imports below).
+_EXPORTS = {
+    "ConfigMismatchError": "grainpack.pipeline.dataset",
+    "PipelineConfig": "grainpack.pipeline.config",
+    "PipelineIterator": "grainpack.pipeline.dataset",
+    "make_data_loader": "grainpack.pipeline.dataset",
+    "make_dataset": "grainpack.pipeline.dataset",
+    "make_eval_dataset": "grainpack.pipeline.dataset",
+}
+
+if TYPE_CHECKING:
+    from grainpack.pipeline.config import PipelineConfig as PipelineConfig
+    from grainpack.pipeline.dataset import ConfigMismatchError as ConfigMismatchError
+    from grainpack.pipeline.dataset import PipelineIterator as PipelineIterator
+    from grainpack.pipeline.dataset import make_data_loader as make_data_loader
+    from grainpack.pipeline.dataset import make_dataset as make_dataset
+    from grainpack.pipeline.dataset import make_eval_dataset as make_eval_dataset
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
