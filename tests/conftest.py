@@ -5,10 +5,24 @@ unparsed, ``mp_prefetch``/``worker_count>0`` crash (google/grain#1355). Marking 
 here is what a training script does with ``absl.app.run``.
 """
 
+import pathlib
+
+import numpy as np
 import pytest
 from absl import flags
 
+from grainpack.ingest.writer import write_corpus
+
 flags.FLAGS.mark_as_parsed()
+
+
+@pytest.fixture
+def corpus(tmp_path) -> pathlib.Path:
+    """A corpus of 40 random documents of 1-29 tokens in shards of about 200 tokens."""
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(1, 100, size=rng.integers(1, 30)) for _ in range(40)]
+    write_corpus(tmp_path / "c", docs, shard_tokens=200)
+    return tmp_path / "c"
 
 
 # -- tiny tokenizers trained from text that ships with Python (nothing is downloaded) -------
