@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Any
 
-__all__ = ["CorpusError", "CorpusExistsError", "CorpusNotFoundError", "os_error"]
+from grainpack.index.options import OptionError
+
+__all__ = [
+    "CorpusError",
+    "CorpusExistsError",
+    "CorpusNotFoundError",
+    "OverwriteError",
+    "os_error",
+]
 
 
 class CorpusError(ValueError):
@@ -19,6 +28,14 @@ class CorpusNotFoundError(FileNotFoundError, CorpusError):
 class CorpusExistsError(FileExistsError, CorpusError):
     """A write would replace a corpus without ``overwrite=True``, or another write to the same
     path is in progress (also a ``ValueError``)."""
+
+
+class OverwriteError(CorpusExistsError, OptionError):
+    """A corpus, or files named as a corpus's, are in the way of a write without
+    ``overwrite``: the message names that option as an :class:`OptionError` does."""
+
+    def __init__(self, template: str, **options: Any) -> None:
+        OptionError.__init__(self, template, **options)
 
 
 # errno -> what to do about it; the message names the file the system names.

@@ -36,9 +36,12 @@ import numpy as np
 import tqdm
 
 from grainpack.corpus.errors import CorpusExistsError, os_error
-from grainpack.corpus.native import MANIFEST_NAME, MAX_TOKEN_ID, read_manifest
+from grainpack.corpus.native import MANIFEST_NAME, MAX_TOKEN_ID, plain_int, read_manifest
 from grainpack.corpus.source import TokenShardSource
+from grainpack.index.checks import check_seed
+from grainpack.index.options import OptionError
 from grainpack.ingest.merge import merge_corpora
+from grainpack.ingest.shuffled import write_shuffled
 from grainpack.ingest.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
 from grainpack.ingest.tokenizers import Tokenizer, load_tokenizer
 from grainpack.ingest.transaction import check_target, write_lock
@@ -126,10 +129,11 @@ def plan_build(
         )
     limit = min(int(np.iinfo(dtype).max), MAX_TOKEN_ID) + 1
     if vocab_size > limit:
-        raise ValueError(
+        raise OptionError(
             f"the tokenizer's vocabulary ({vocab_size:,} ids"
             f"{'' if eos_id is None else ' with eos'}) does not fit "
-            f"dtype={dtype!r} (at most {limit:,} ids); use dtype='uint32' or leave it unset"
+            f"dtype={dtype!r} (at most {limit:,} ids); use {{dtype=}} or leave it unset",
+            dtype="uint32",
         )
     if not isinstance(shard_tokens, int) or shard_tokens < 1:
         raise ValueError(f"shard_tokens must be a positive int, got {shard_tokens=}")
@@ -388,6 +392,7 @@ def build_corpus(
     shard_tokens: int = 1 << 28,
     overwrite: bool = False,
     progress: bool = False,
+    shuffle: int | None = None,
 ) -> TokenShardSource:
     """Tokenizes text files into a native corpus at ``out``, on every core, deterministically.
 
@@ -416,6 +421,10 @@ def build_corpus(
         overwrite: Replace a corpus at ``out`` (it stays readable while the parts are
             built; the merge replaces it).
         progress: Show a progress bar (tokens, tokens/s, documents, parts).
+        shuffle: If given, the seed of a random order the documents are stored in (recorded
+            as ``"shuffle_seed"``): the corpus is built beside ``out`` and copied shuffled
+            (:func:`~grainpack.ingest.shuffled.write_shuffled`; an interrupted copy is
+            resumed by the same call without tokenizing again).
 
     Raises:
         ValueError: Bad options, a vocabulary that does not fit ``dtype``, an unknown or
@@ -429,10 +438,14 @@ def build_corpus(
         >>> src = build_corpus(f"{d}/a.jsonl", f"{d}/out", tokenizer="bytes", eos=256)
         >>> [doc.tolist() for doc in src], src.tokenizer["kind"]
         ([[104, 105, 256], [195, 169, 256]], 'bytes')
+        >>> src = build_corpus(f"{d}/a.jsonl", f"{d}/s", tokenizer="bytes", shuffle=1)
+        >>> [doc.tolist() for doc in src]
+        [[195, 169], [104, 105]]
     """
     workers = (os.cpu_count() or 1) if workers is None else workers
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int or None, got {workers=}")
+    shuffle = None if shuffle is None else check_seed("shuffle", plain_int(shuffle))
     if importing_main_in_a_child():
         raise RuntimeError(_UNGUARDED)  # a worker importing the script that started it
     plan = plan_build(
@@ -445,6 +458,22 @@ def build_corpus(
         part_bytes=part_bytes,
         shard_tokens=shard_tokens,
     )
+    if shuffle is None:
+        return _build(plan, out, workers=workers, overwrite=overwrite, progress=progress)
+    return write_shuffled(
+        out,
+        lambda staged: _build(plan, staged, workers=workers, overwrite=True, progress=progress),
+        seed=shuffle,
+        shard_tokens=shard_tokens,
+        overwrite=overwrite,
+        key=plan.key,
+    )
+
+
+def _build(
+    plan: BuildPlan, out: PathLike, *, workers: int, overwrite: bool, progress: bool
+) -> TokenShardSource:
+    """Builds the parts of ``plan`` not built yet, and merges them into ``out``."""
     with staging(out, plan, overwrite=overwrite) as todo:
         bar = Progress(len(plan.parts), len(plan.parts) - len(todo), progress)
         try:

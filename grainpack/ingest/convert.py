@@ -10,8 +10,9 @@ import contextlib
 import gzip
 import json
 import os
+import warnings
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,15 @@ import numpy as np
 import tqdm
 
 from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.native import plain_int
 from grainpack.corpus.source import TokenShardSource
+from grainpack.index.checks import check_seed
+from grainpack.index.options import OptionError
+from grainpack.ingest.shuffled import write_shuffled
 from grainpack.ingest.text import json_problem, load_json, repeated_key
 from grainpack.ingest.writer import CorpusWriter, copy_dtype, open_to_copy
 
-__all__ = ["convert_corpus", "convert_jsonl", "convert_npy"]
+__all__ = ["convert_corpus", "convert_inputs", "convert_jsonl", "convert_npy", "splits_at_eos"]
 
 PathLike = str | os.PathLike[str]
 
@@ -82,8 +87,8 @@ def _load_npy(path: Path) -> np.ndarray:
             f"{path}: expected a 1-D array (one document) or a 2-D array (one "
             f"document per row), found shape {getattr(array, 'shape', None)}"
         )
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"{path}: expected integer token ids, found dtype {array.dtype}")
+    if array.dtype.kind not in "iu":  # the file's content: a ValueError, as a bad shape
+        raise ValueError(f"{path}: expected integer token ids, found dtype {array.dtype}")
     return array
 
 
@@ -117,8 +122,8 @@ def convert_npy(
         The written corpus, opened.
 
     Raises:
-        ValueError/TypeError: A file is not a 1-D/2-D integer array, or an id does not fit
-            (the message names the file and the row).
+        ValueError: A file is not a 1-D/2-D integer array, or an id does not fit (the
+            message names the file and the row).
 
     Example:
         >>> import tempfile, numpy as np
@@ -247,9 +252,11 @@ def convert_jsonl(
                         if texts
                         else ""
                     )
-                    raise ValueError(
+                    raise OptionError(
                         f"{path}:{lineno}: expected a list of ids, or an object with one in "
-                        f"{field=}, found {found}; pass field=<name>{hint}"
+                        f"{{field=}}, found {found}; pass the name of the ids' field as "
+                        f"{{field}}{hint}",
+                        field=field,
                     )
                 try:
                     writer.add(ids)
@@ -321,3 +328,127 @@ def convert_corpus(
             _add(writer, doc, str(src_path))
             bar.update(doc.size)
     return open_corpus(out)
+
+
+# Text, which build_corpus tokenizes: never taken for a Megatron prefix or a corpus
+TEXT_SUFFIXES = (".txt", ".txt.gz", ".txt.zst", ".parquet", ".jsonl.zst")
+
+
+def convert_inputs(
+    inputs: PathLike | Sequence[PathLike],
+    out: PathLike,
+    *,
+    field: str = "input_ids",
+    dtype: str | None = None,
+    vocab_size: int | None = None,
+    eos_id: int | None = None,
+    shard_tokens: int = 1 << 28,
+    overwrite: bool = False,
+    progress: bool = False,
+    shuffle: int | None = None,
+) -> TokenShardSource:
+    """Converts token ids into a native corpus with the converter for their kind.
+
+    ``.npy`` files go to :func:`convert_npy`, ``.jsonl(.gz)`` files to :func:`convert_jsonl`,
+    and one Megatron prefix, flat-shard directory or native corpus to :func:`convert_corpus`.
+    A directory that is not a corpus stands for its ``.npy`` or ``.jsonl(.gz)`` files, sorted.
+
+    Args:
+        inputs: Files or directories of one kind, in document order.
+        out: Output corpus directory.
+        field: The key of the ids when JSON lines are objects.
+        dtype, vocab_size, eos_id, shard_tokens, overwrite, progress: As for the converter.
+        shuffle: If given, the seed of a random order the documents are stored in (converted
+            beside ``out``, then copied shuffled:
+            :func:`~grainpack.ingest.shuffled.write_shuffled`).
+
+    Raises:
+        ValueError: Inputs of mixed or unknown kinds (text needs a tokenizer:
+            :func:`~grainpack.ingest.build.build_corpus`), or the converter's errors.
+
+    Warns:
+        UserWarning: ``eos_id`` is given for inputs it does not split (:func:`splits_at_eos`);
+            it is only recorded.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> d = tempfile.mkdtemp()
+        >>> np.save(f"{d}/a.npy", np.array([[1, 2], [3, 4]]))
+        >>> [x.tolist() for x in convert_inputs([d], f"{d}/out")]
+        [[1, 2], [3, 4]]
+        >>> _ = open(f"{d}/a.jsonl", "w").write("[5, 6]\\n[7]\\n")
+        >>> [x.tolist() for x in convert_inputs(f"{d}/a.jsonl", f"{d}/j", shuffle=0)]
+        [[7], [5, 6]]
+    """
+    shuffle = None if shuffle is None else check_seed("shuffle", plain_int(shuffle))
+    items = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
+    files = _token_files([Path(p) for p in items])
+    converter: Callable[..., TokenShardSource]
+    source: Any = files
+    extra: dict[str, Any] = {}
+    if all(p.suffix == ".npy" for p in files):
+        converter = convert_npy
+    elif all(p.name.endswith((".jsonl", ".jsonl.gz")) for p in files):
+        converter, extra = convert_jsonl, {"field": field}
+    elif len(files) == 1 and not files[0].name.endswith(TEXT_SUFFIXES):
+        converter, source = convert_corpus, files[0]
+    else:
+        raise ValueError(
+            "inputs must be .npy files, .jsonl(.gz) files, or one Megatron prefix / flat-shard "
+            f"directory; got {[str(p) for p in items]} (text needs a tokenizer: "
+            "build_corpus(tokenizer=...), grainpack build --tokenizer SPEC)"
+        )
+    options = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, shard_tokens=shard_tokens)
+    options.update(progress=progress, **extra)
+    if shuffle is None:
+        src = converter(source, out, overwrite=overwrite, **options)
+    else:
+        src = write_shuffled(
+            out,
+            lambda staged: converter(source, staged, overwrite=True, **options),
+            seed=shuffle,
+            shard_tokens=shard_tokens,
+            overwrite=overwrite,
+        )
+    if eos_id is not None and (kept := [str(p) for p in files if not splits_at_eos(p)]):
+        warnings.warn(
+            f"an eos id splits only 1-D .npy streams and flat-shard shards: the documents of "
+            f"{', '.join(kept)} are kept as they are; {eos_id} is recorded as the corpus's "
+            "eos_id",
+            UserWarning,
+            stacklevel=2,
+        )
+    return src
+
+
+def _token_files(inputs: list[Path]) -> list[Path]:
+    """A folder that is not a corpus stands for its ``.npy`` or ``.jsonl(.gz)`` files."""
+    files = []
+    for p in inputs:
+        corpus = any((p / name).exists() for name in ("manifest.json", "index.json"))
+        if not p.is_dir() or corpus:
+            files.append(p)
+            continue
+        found = sorted(f for f in p.iterdir() if f.name.endswith((".npy", ".jsonl", ".jsonl.gz")))
+        files.extend(found or [p])
+    return files
+
+
+def splits_at_eos(path: PathLike) -> bool:
+    """Whether an eos id splits the ids input ``path`` into documents: a 1-D ``.npy`` stream
+    or a flat-shard directory (``index.json``); other inputs keep their documents.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> d = tempfile.mkdtemp()
+        >>> np.save(f"{d}/s.npy", np.array([5, 0, 6])); np.save(f"{d}/m.npy", np.ones((2, 2)))
+        >>> splits_at_eos(f"{d}/s.npy"), splits_at_eos(f"{d}/m.npy"), splits_at_eos(d)
+        (True, False, False)
+    """
+    path = Path(path)
+    if path.suffix != ".npy":
+        return (path / "index.json").is_file()
+    try:
+        return np.load(path, mmap_mode="r").ndim == 1
+    except (OSError, ValueError):  # read by the conversion already; not a plain array
+        return True

@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from grainpack.corpus.errors import CorpusError, CorpusExistsError
+from grainpack.corpus.native import plain_int
 from grainpack.corpus.source import TokenShardSource
+from grainpack.index.checks import check_seed
 from grainpack.ingest.build import (
     BuildPlan,
     PathLike,
@@ -30,6 +32,7 @@ from grainpack.ingest.build import (
     staging,
     task_plan,
 )
+from grainpack.ingest.shuffled import write_shuffled
 from grainpack.ingest.tokenizers import Tokenizer
 
 __all__ = ["build_corpus_ray"]
@@ -111,13 +114,14 @@ def build_corpus_ray(
     overwrite: bool = False,
     progress: bool = False,
     address: str | None = None,
+    shuffle: int | None = None,
 ) -> TokenShardSource:
     """:func:`~grainpack.ingest.build.build_corpus` with the parts built by Ray tasks.
 
     Uses the running Ray session if there is one, else ``ray.init(address=address)``
     (``None``: the cluster in ``RAY_ADDRESS``, or a local one on this machine's cores),
     shut down again at the end. Other arguments are those of ``build_corpus``; the result
-    is the same corpus, with the same fingerprint.
+    is the same corpus, with the same fingerprint (with ``shuffle``, too).
 
     Raises:
         ImportError: Ray Data is not installed.
@@ -136,6 +140,30 @@ def build_corpus_ray(
         part_bytes=part_bytes,
         shard_tokens=shard_tokens,
     )
+    if shuffle is None:
+        return _build(ray, plan, out, overwrite=overwrite, progress=progress, address=address)
+    return write_shuffled(
+        out,
+        lambda staged: _build(
+            ray, plan, staged, overwrite=True, progress=progress, address=address
+        ),
+        seed=check_seed("shuffle", plain_int(shuffle)),
+        shard_tokens=shard_tokens,
+        overwrite=overwrite,
+        key=plan.key,
+    )
+
+
+def _build(
+    ray: Any,
+    plan: BuildPlan,
+    out: PathLike,
+    *,
+    overwrite: bool,
+    progress: bool,
+    address: str | None,
+) -> TokenShardSource:
+    """Builds the parts of ``plan`` not built yet with Ray tasks, and merges them into ``out``."""
     with staging(out, plan, overwrite=overwrite) as todo:
         started = not ray.is_initialized()
         if started:

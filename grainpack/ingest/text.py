@@ -33,6 +33,8 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import IO, Any
 
+from grainpack.index.options import OptionError
+
 __all__ = [
     "InputFile",
     "TextSlice",
@@ -191,8 +193,10 @@ def _parquet_groups(path: Path, field: str) -> tuple[tuple[int, int], ...]:
         raise ValueError(f"{path}: not a readable Parquet file ({err})") from err
     schema = meta.schema.to_arrow_schema()
     if field not in schema.names:
-        raise ValueError(
-            f"{path}: no column {field!r} (columns: {schema.names}); pass the text column as field"
+        raise OptionError(
+            f"{path}: no column {field!r} (columns: {schema.names}); pass the text column as "
+            "{field}",
+            field=field,
         )
     if schema.names.count(field) > 1:
         raise ValueError(
@@ -506,9 +510,10 @@ def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
             found = f"keys {sorted(record)}" if isinstance(record, dict) else type(record).__name__
             if isinstance(record, dict) and field in record:
                 found = f"{field!r} = {type(record[field]).__name__}"
-            raise ValueError(
-                f"{path}: the line at byte {position} has no text in {field=} (found "
-                f"{found}); pass the name of the text field"
+            raise OptionError(
+                f"{path}: the line at byte {position} has no text in {{field=}} (found "
+                f"{found}); pass the name of the text field as {{field}}",
+                field=field,
             )
         if b"\\u" in line:  # a JSON escape may make a lone surrogate, which is not text
             try:

@@ -23,6 +23,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from grainpack.index.options import OptionError
+
 __all__ = [
     "ByteTokenizer",
     "HuggingFaceTokenizer",
@@ -381,7 +383,8 @@ def load_tokenizer(spec: str | os.PathLike[str] | Tokenizer, **options: Any) -> 
 
     Raises:
         FileNotFoundError: The file does not exist.
-        ValueError: The spec names no known kind, or the file does not load as that kind.
+        ValueError: The spec names no known kind, the file does not load as that kind, or
+            ``pattern`` is given for a kind other than tiktoken.
         ImportError: The kind's library is not installed (the message says how to install).
 
     Example:
@@ -391,10 +394,10 @@ def load_tokenizer(spec: str | os.PathLike[str] | Tokenizer, **options: Any) -> 
     if isinstance(spec, Tokenizer):
         return spec
     text = os.fspath(spec)
-    if text in ("bytes", "byte"):
-        return ByteTokenizer(**options)
     kind, sep, rest = text.partition(":")
-    if sep and kind in _KINDS and rest:
+    if text in ("bytes", "byte"):
+        cls, path = ByteTokenizer, None
+    elif sep and kind in _KINDS and rest:
         cls, path = _KINDS[kind], Path(rest)
     else:
         path = Path(text)
@@ -407,6 +410,13 @@ def load_tokenizer(spec: str | os.PathLike[str] | Tokenizer, **options: Any) -> 
                 f"{sorted(_KINDS)}"
             )
         cls = _KINDS[_SUFFIXES[path.suffix]]
+    if options.get("pattern") is not None and cls is not TiktokenTokenizer:
+        raise OptionError(
+            f"{{pattern}} applies to tiktoken tokenizers; {text} is a {cls.kind} tokenizer",
+            pattern=options["pattern"],
+        )
+    if path is None:
+        return cls(**options)
     tokenizer = cls(path, **options)
     tokenizer.model  # noqa: B018  (load now: a bad file fails before anything is written)
     return tokenizer

@@ -39,7 +39,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from grainpack.corpus.errors import CorpusError, CorpusExistsError, os_error
+from grainpack.corpus.errors import CorpusError, CorpusExistsError, OverwriteError, os_error
 from grainpack.corpus.native import FORMAT_NAME, MANIFEST_NAME, SHARD_FILE, PathLike, leftovers
 from grainpack.index.checks import check_bool
 
@@ -233,9 +233,10 @@ def _replaceable(target: Path, overwrite: bool) -> bool:
     if "index.json" in names:
         raise CorpusExistsError(f"{target} holds a flat-shard corpus (index.json); write elsewhere")
     if MANIFEST_NAME in names and not overwrite:
-        raise CorpusExistsError(
+        raise OverwriteError(
             f"{target} already holds a corpus ({MANIFEST_NAME} present); "
-            "pass overwrite=True to replace it"
+            "pass {overwrite=} to replace it",
+            overwrite=True,
         )
     own = _corpus_files(target, names)
     foreign = sorted(set(names) - own)
@@ -245,10 +246,11 @@ def _replaceable(target: Path, overwrite: bool) -> bool:
             "replaces the whole directory: move them away or write to a new directory"
         )
     if own and MANIFEST_NAME not in names and not overwrite:
-        raise CorpusExistsError(
+        raise OverwriteError(
             f"{target} holds files named as a corpus's ({_some(sorted(own))}) but no "
             f"{MANIFEST_NAME}: an incomplete corpus, or another tool's files; pass "
-            "overwrite=True to replace them, or write elsewhere"
+            "{overwrite=} to replace them, or write elsewhere",
+            overwrite=True,
         )
     if stat.st_dev != os.stat(target.parent).st_dev:
         raise CorpusError(

@@ -45,6 +45,7 @@ from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
 from grainpack.corpus.verify import verify_corpus
 from grainpack.index.blocked import feistel, mix_key
 from grainpack.index.checks import check_seed, is_int
+from grainpack.index.options import OptionError
 from grainpack.ingest.transaction import Transaction, check_target
 
 __all__ = ["CorpusWriter", "shuffle_corpus", "shuffled_order", "write_corpus"]
@@ -74,23 +75,33 @@ def _check_options(
     except TypeError:
         name = None
     if name not in DTYPES:
-        raise ValueError(f"dtype must be 'uint16' or 'uint32', got {dtype=}")
+        raise OptionError("{dtype} must be 'uint16' or 'uint32', got {dtype=}", dtype=dtype)
     limit = min(int(np.iinfo(name).max), MAX_TOKEN_ID) + 1
     if vocab_size is not None and (not is_int(vocab_size) or not 0 < vocab_size <= limit):
+        options: dict[str, Any] = {"vocab_size": vocab_size}
         if name == "uint16" and is_int(vocab_size) and vocab_size > limit:
-            fix = "; use dtype='uint32'"
+            fix, options["dtype"] = "; use {dtype=}", "uint32"
         elif name == "uint32" and is_int(vocab_size) and vocab_size > limit:
             fix = " (batches hold int32 ids, so ids must be < 2**31)"
         else:
             fix = ""
-        raise ValueError(
-            f"vocab_size must be an int in [1, {limit}] for {name}, got {vocab_size=}{fix}"
+        raise OptionError(
+            f"{{vocab_size}} must be an int in [1, {limit}] for {name}, got {{vocab_size=}}{fix}",
+            **options,
         )
     bound = limit if vocab_size is None else vocab_size
     if eos_id is not None and (not is_int(eos_id) or not 0 <= eos_id < bound):
-        raise ValueError(f"eos_id must be an int in [0, {bound}) (dtype/vocab_size), got {eos_id=}")
+        raise OptionError(
+            f"{{eos_id}} must be an int in [0, {bound}) ({{dtype}}/{{vocab_size}}), "
+            "got {eos_id=}",
+            eos_id=eos_id,
+            dtype=name,
+            vocab_size=vocab_size,
+        )
     if not is_int(shard_tokens) or shard_tokens < 1:
-        raise ValueError(f"shard_tokens must be a positive int, got {shard_tokens=}")
+        raise OptionError(
+            "{shard_tokens} must be a positive int, got {shard_tokens=}", shard_tokens=shard_tokens
+        )
     return np.dtype(name).newbyteorder("<")
 
 
@@ -152,20 +163,22 @@ def _check_document(tokens: Any, index: int, dmax: int, vocab_size: int | None) 
     high = int(arr.max())
     if vocab_size is not None and high >= vocab_size:  # the cause, also when the dtype is short
         pos = int(np.argmax(arr >= vocab_size))
-        raise ValueError(
+        raise OptionError(
             f"document {index}: token id {arr[pos]} at position {pos} is >= "
-            f"{vocab_size=}; fix the ids or pass the right vocab_size"
+            "{vocab_size=}; fix the ids or pass the right {vocab_size}",
+            vocab_size=vocab_size,
         )
     if high > dmax:
         pos = int(np.argmax(arr > dmax))
         if dmax < MAX_TOKEN_ID and arr[pos] <= MAX_TOKEN_ID:
-            where, fix = f"dtype='uint16' (max {dmax})", "use dtype='uint32'"
+            where, fix = f"dtype='uint16' (max {dmax})", "use {dtype=}"
         elif dmax < MAX_TOKEN_ID:
             where, fix = f"dtype='uint16' (max {dmax}) nor the int32 batches", "ids must be < 2**31"
         else:
             where, fix = f"the int32 batch ids (max {dmax})", "ids must be < 2**31"
-        raise ValueError(
-            f"document {index}: token id {arr[pos]} at position {pos} does not fit {where}; {fix}"
+        raise OptionError(
+            f"document {index}: token id {arr[pos]} at position {pos} does not fit {where}; {fix}",
+            dtype="uint32",
         )
     return arr
 
