@@ -3,7 +3,7 @@
 Run: ``python benchmarks/bench_build.py [--megabytes 100] [--directory DIR] [--output OUT]``.
 Writes ``OUT/build-<megabytes>mb-<date>.json`` and ``.md``; the text and the tokenizer are
 cached in DIR (default ``~/.cache/grainpack/bench-build``), never in the repository. Same
-code as ``grainpack bench --build`` (:mod:`grainpack.cli.bench_build`).
+code as ``grainpack bench --build`` (:mod:`grainpack.bench.build`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import datetime
 from pathlib import Path
 
-from grainpack.cli.bench_build import VOCAB, format_build_table, run_build_benchmark
+from grainpack.bench.build import VOCAB, format_build_table, run_build_benchmark
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import argparse
 import datetime
 from pathlib import Path
 
-from grainpack.cli.scale import run_scale_benchmarks
+from grainpack.bench.scale import run_scale_benchmarks
 
 
 def main() -> None:

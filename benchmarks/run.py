@@ -14,7 +14,7 @@ from pathlib import Path
 
 from absl import flags
 
-from grainpack.cli.bench import format_table, run_benchmarks
+from grainpack.bench.throughput import format_table, run_benchmarks
 
 
 def main() -> None:

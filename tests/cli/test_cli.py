@@ -126,7 +126,7 @@ def test_show_step_lists_rows_and_mixture(corpus, tmp_path, capsys):
     batch = PipelineBatches(cfg).batch(2, 0)
     assert [r["slot"] for r in shown["rows"]] == [8, 9, 10, 11]
     assert [r["source"] for r in shown["rows"]] == [["a", "b"][j] for j in batch["source"]]
-    assert shown["mixture"]["a"]["rows"] == gp.mixture_accounting(cfg, 2)["a"].rows
+    assert shown["mixture"]["a"]["rows"] == gp.mixing.mixture_accounting(cfg, 2)["a"].rows
     first = shown["rows"][0]
     want = [
         {"document": int(d), "offset": int(o)}
@@ -179,9 +179,9 @@ def test_show_step_errors_speak_in_flags(corpus, tmp_path, capsys):
 
 
 def test_every_option_of_every_command_has_help():
-    from grainpack.cli.main import _parser
+    from grainpack.cli.parser import parser as make_parser
 
-    parser = _parser()
+    parser = make_parser()
     commands = parser._subparsers._group_actions[0].choices  # argparse keeps them here
     for name, command in commands.items():
         for action in command._actions:
@@ -295,7 +295,7 @@ def test_build_text_inspect_and_merge(tmp_path, capsys):
         (["--lines"], "--lines need --tokenizer"),  # text options without a tokenizer
         (["--tokenizer", "bytes", "--eos-id", "3"], "use --eos ID|TOKEN"),
         (["--tokenizer", "vocab.txt"], "expected 'bytes', a tokenizer.json"),
-        (["--tokenizer", "bytes", "--field", "body"], "no text in --field 'body'"),
+        (["--tokenizer", "bytes", "--field", "body"], "no text in --field body"),
     ],
 )
 def test_build_text_errors_exit_1(tmp_path, capsys, extra, message):
@@ -331,25 +331,25 @@ def test_an_interrupted_build_says_what_it_kept_and_resumes(tmp_path, capsys, mo
 
 
 def test_an_interrupted_shuffle_keeps_the_tokenized_corpus(tmp_path, capsys, monkeypatch):
-    from grainpack.ingest import build, writer
+    from grainpack.ingest import build, shuffled
 
     (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(50)))
     argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--workers", "1"]
     argv += ["--shuffle", "3", "-o", str(tmp_path / "o")]
     expected = tmp_path / "expected"
     assert main([*argv[:-1], str(expected)]) == 0
-    shuffle, parts = writer.shuffle_corpus, []
+    shuffle, parts = shuffled.shuffle_corpus, []
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(writer, "shuffle_corpus", interrupted)
+    monkeypatch.setattr(shuffled, "shuffle_corpus", interrupted)
     assert main(argv) == 130
     assert "the tokenized corpus is kept in" in capsys.readouterr().err
-    monkeypatch.setattr(writer, "shuffle_corpus", shuffle)
+    monkeypatch.setattr(shuffled, "shuffle_corpus", shuffle)
     monkeypatch.setattr(build, "build_part", lambda *a, **k: parts.append(a))
     assert main(argv) == 0  # shuffles what the first run tokenized: no part is built
-    assert parts == [] and "tokenized before" in capsys.readouterr().out
+    assert parts == [] and "written before" in capsys.readouterr().out
     got, want = gp.open_corpus(tmp_path / "o"), gp.open_corpus(expected)
     assert [d.tolist() for d in got] == [d.tolist() for d in want]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "expected", "o"]
@@ -380,24 +380,24 @@ def test_a_resumed_shuffle_never_takes_another_builds_staged_corpus(tmp_path, ca
     # A text build interrupted while shuffling, then an ids build of the same -o interrupted
     # the same way: the staged corpus is the ids build's now, and the text build's plan
     # key alone matched it. The text build must tokenize again, not publish those ids.
-    from grainpack.ingest import writer
+    from grainpack.ingest import shuffled
 
     (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(20)))
     np.save(tmp_path / "ids.npy", np.full((5, 3), 300, dtype=np.uint16))
     out = ["--shuffle", "3", "-o", str(tmp_path / "o")]
     text = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--workers", "1", *out]
     ids = ["build", str(tmp_path / "ids.npy"), *out]
-    shuffle = writer.shuffle_corpus
+    shuffle = shuffled.shuffle_corpus
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(writer, "shuffle_corpus", interrupted)
+    monkeypatch.setattr(shuffled, "shuffle_corpus", interrupted)
     assert main(text) == 130 and main(ids) == 130
-    monkeypatch.setattr(writer, "shuffle_corpus", shuffle)
+    monkeypatch.setattr(shuffled, "shuffle_corpus", shuffle)
     capsys.readouterr()
     assert main(text) == 0
-    assert "tokenized before" not in capsys.readouterr().out
+    assert "written before" not in capsys.readouterr().out
     docs = sorted(bytes(d.tolist()).decode() for d in gp.open_corpus(tmp_path / "o"))
     assert docs == sorted(f"doc {i}" for i in range(20))
 
@@ -414,7 +414,8 @@ def test_a_second_shuffle_build_of_one_output_is_refused_and_harms_nothing(tmp_p
         lock.release()
     err = capsys.readouterr().err
     assert (
-        f"another `grainpack build --shuffle` of {tmp_path / 'o'} is in progress (process " in err
+        f"another shuffled write of {tmp_path / 'o'} is in progress: another write to " in err
+        and "(process " in err
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
     assert main([*argv, str(tmp_path / "o")]) == 0
@@ -423,7 +424,7 @@ def test_a_second_shuffle_build_of_one_output_is_refused_and_harms_nothing(tmp_p
 def test_build_plain_text_needs_a_tokenizer(tmp_path, capsys):
     (tmp_path / "a.txt").write_text("hi")
     assert main(["build", str(tmp_path / "a.txt"), "-o", str(tmp_path / "o")]) == 1
-    assert "text needs --tokenizer" in capsys.readouterr().err
+    assert "text needs a tokenizer" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind", ["bytes", "huggingface", "sentencepiece", "tiktoken"])
@@ -449,7 +450,7 @@ def test_build_shuffle_stores_a_seeded_order(tmp_path, capsys):
     assert [d.tolist() for d in gp.open_corpus(out)] == [
         [3 * i, 3 * i + 1, 3 * i + 2] for i in order
     ]
-    assert gp.read_manifest(out)["shuffle_seed"] == 3
+    assert gp.corpus.read_manifest(out)["shuffle_seed"] == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "out"]  # staging removed
 
 
@@ -474,7 +475,7 @@ def test_show_step_with_a_schedule(corpus, tmp_path, capsys):
         assert [r["source"] for r in shown["rows"]] == [["a", "b"][j] for j in batch["source"]]
         # targets: steps 0-4 at 0.875 and 0.875 - 0.1875 at step 5 -> (5 * 0.875 + 0.6875) / 6
         assert shown["mixture"]["a"]["target_share"] == pytest.approx(0.84375, abs=1e-15)
-        assert shown["mixture"]["b"]["rows"] == gp.mixture_accounting(cfg, 6)["b"].rows
+        assert shown["mixture"]["b"]["rows"] == gp.mixing.mixture_accounting(cfg, 6)["b"].rows
     assert main(["show-step", "6", *flags]) == 0
     out = capsys.readouterr().out
     assert "weights: a=0.5000 b=0.5000 (schedule from 0: 0.875/0.125; from 4 ramp 4" in out
@@ -572,7 +573,7 @@ def test_building_from_a_corrupt_corpus_is_refused_and_keeps_the_tokenizer(tmp_p
     [
         ("--source a={c} --source a={c}", "--source names 'a' twice"),
         ("--source a={c} --weight a=abc", "--weight 'a=abc': 'abc' is not a number"),
-        ("--source a={c} --batch-size 10000000", "more than show-step lays out"),
+        ("--source a={c} --batch-size 10000000", "more than a step's description lays out"),
         ("--config missing.json", "--config missing.json: cannot read it"),
         # a config file's field is named as a field, not as the flag
         ("--config {seed}", "seed must be >= 0 (a non-negative int), got seed=-1"),

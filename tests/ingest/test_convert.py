@@ -34,7 +34,7 @@ def test_convert_npy_one_document_per_1d_file_and_per_2d_row(tmp_path):
     ("array", "error", "match"),
     [
         (np.zeros((2, 2, 2), np.int32), ValueError, r"found shape \(2, 2, 2\)"),
-        (np.array([1.5, 2.0]), TypeError, "expected integer token ids, found dtype float64"),
+        (np.array([1.5, 2.0]), ValueError, "expected integer token ids, found dtype float64"),
         (np.array([[1, 70000]]), ValueError, r"x\.npy row 0: document 0: token id 70000"),
     ],
 )

@@ -80,7 +80,7 @@ def write_sparse_corpus(
 ) -> dict[str, Any]:
     """Writes a native corpus (format version 2, uint16) with sparse token files.
 
-    Shards roll over as :class:`~grainpack.CorpusWriter`'s do; offsets and block totals
+    Shards roll over as :class:`~grainpack.ingest.CorpusWriter`'s do; offsets and block totals
     are real (with their sha256); the token files are holes of the right size.
 
     Returns:
@@ -244,7 +244,7 @@ def _in_fresh_process(name: str, path: str, *, cold: bool = False, **extra: Any)
     if cold:
         evict(path)
     code = (
-        "import json, sys; from grainpack.cli.scale import _task; "
+        "import json, sys; from grainpack.bench.scale import _task; "
         "print(json.dumps(_task(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))))"
     )
     out = subprocess.run(

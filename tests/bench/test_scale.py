@@ -9,7 +9,7 @@ import pytest
 
 import grainpack as gp
 from grainpack.cli.main import main
-from grainpack.cli.scale import (
+from grainpack.bench.scale import (
     order_quality,
     sparse_lengths,
     write_sparse_corpus,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from grainpack.cli.bench_build import format_build_table, run_build_benchmark
+from grainpack.bench.build import format_build_table, run_build_benchmark
 
 
 @pytest.mark.slow

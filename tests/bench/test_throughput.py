@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.cli import bench, bench_build
-from grainpack.cli.bench import document_lengths
+from grainpack.bench import build as bench_build
+from grainpack.bench import throughput as bench
+from grainpack.bench.throughput import document_lengths
 from grainpack.cli.main import main
 
 GRAINPACK = {"documents", "windows", "documents_compact", "windows_compact"}

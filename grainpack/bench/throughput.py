@@ -47,6 +47,7 @@ import grain
 import numpy as np
 import tqdm
 
+from grainpack.bench import peers
 from grainpack.corpus.cache import cache_root
 from grainpack.corpus.formats import open_corpus
 from grainpack.index.stream import SourceRows
@@ -57,7 +58,7 @@ from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.dataset import batch_digest, make_dataset
 from grainpack.pipeline.elements import group_rows
 from grainpack.pipeline.expand import expand_rows
-from grainpack.reference.windows import MixedStream, PackedStream
+from grainpack.reference.windows import MixedStream
 
 BLOCK, BATCH, SEED = 2048, 8, 0
 UNITS = ("documents", "windows")
@@ -153,60 +154,6 @@ def _rates(
             rates[name].append(_pass(step, tokens, seconds))
         bar.update()
     return rates
-
-
-def _limit(path: str) -> Callable[[], object]:
-    shard = open_corpus(path).shards[0]
-    stream = np.asarray(
-        np.memmap(shard.tokens_path, np.uint16, "r", shard.byte_offset, (shard.num_tokens,))
-    )
-    width = BLOCK + 1
-    out = np.empty((BATCH, width), dtype=stream.dtype)
-    position = [0]
-
-    def step() -> None:
-        pos = position[0] if position[0] + BATCH * width <= len(stream) else 0
-        for i in range(BATCH):
-            out[i] = stream[pos + i * width : pos + (i + 1) * width]
-        position[0] = pos + BATCH * width
-
-    return step
-
-
-def _nanogpt(path: str) -> Callable[[], object]:
-    """nanoGPT's ``get_batch`` (``train.py``) with numpy in place of torch: re-opens the
-    memmap on every call (as nanoGPT does, against a memmap leak), draws ``BATCH`` offsets
-    with replacement, and stacks ``x`` and ``y`` as int64 (``torch.from_numpy`` is a view,
-    ``torch.stack`` a copy, as ``np.stack``)."""
-    shard = open_corpus(path).shards[0]
-    rng = np.random.default_rng(SEED)
-
-    def step() -> tuple[np.ndarray, np.ndarray]:
-        data = np.memmap(shard.tokens_path, np.uint16, "r", shard.byte_offset, (shard.num_tokens,))
-        ix = rng.integers(len(data) - BLOCK, size=BATCH)
-        x = np.stack([data[i : i + BLOCK].astype(np.int64) for i in ix])
-        y = np.stack([data[i + 1 : i + 1 + BLOCK].astype(np.int64) for i in ix])
-        return x, y
-
-    return step
-
-
-def _packed_stream(path: str) -> Callable[[], object]:
-    stream = PackedStream(path, BLOCK, SEED)
-    return lambda: np.stack([stream.next() for _ in range(BATCH)])
-
-
-def _grain_packer(path: str) -> Callable[[], object]:
-    ds = (
-        grain.MapDataset.source(open_corpus(path))
-        .shuffle(seed=SEED)
-        .repeat()  # the quick corpus is smaller than a timed pass
-        .map(lambda d: {"tokens": d})
-        .to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
-    )
-    ds = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct={"tokens": BLOCK + 1})
-    iterator = iter(ds.batch(BATCH))
-    return lambda: next(iterator)
 
 
 def _batches(config: PipelineConfig) -> Callable[[], object]:
@@ -449,11 +396,11 @@ def run_benchmarks(
 
     mix = MixedStream(paths, BLOCK, SEED)
     steps: dict[str, Callable[[], object]] = {
-        "limit": _limit(paths["a"]),
-        "nanogpt": _nanogpt(paths["a"]),
-        "packed_stream": _packed_stream(paths["a"]),
+        "limit": peers.limit(paths["a"], block=BLOCK, batch=BATCH),
+        "nanogpt": peers.nanogpt(paths["a"], block=BLOCK, batch=BATCH, seed=SEED),
+        "packed_stream": peers.packed_stream(paths["a"], block=BLOCK, batch=BATCH, seed=SEED),
         "mixed_stream": lambda: mix.next_batch(BATCH),
-        "grain_packer": _grain_packer(paths["a"]),
+        "grain_packer": peers.grain_packer(paths["a"], block=BLOCK, batch=BATCH, seed=SEED),
         **{name: _batches(configs[name]) for name in GRAINPACK},
     }
     with_workers = (*UNITS, "documents_compact")
