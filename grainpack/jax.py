@@ -3,7 +3,7 @@ expanded on the accelerator, and batches moved to the devices ahead of the train
 
 ``jax.make_array_from_process_local_data`` lays process ``p``'s rows contiguously, so row
 ``p * (B // P) + k`` of a global array holds slot ``t*B + p + k*P``. The set of rows is
-the global batch ``t``; :func:`grainpack.slot_order` restores slot order when it matters.
+the global batch ``t``; :func:`grainpack.index.slot_order` restores slot order when it matters.
 Imported lazily: ``import grainpack`` does not import JAX.
 """
 

@@ -1,7 +1,7 @@
 """One process of an online-mixing run, launched by ``tests/curriculum/test_mixture.py``.
 
 Every process builds the pipeline from ``--config`` (``PipelineConfig`` arguments without
-``weights``) with ``weights=gp.MixtureBandit(...)`` from ``--bandit`` (its keyword
+``weights``) with ``weights=gp.curriculum.MixtureBandit(...)`` from ``--bandit`` (its keyword
 arguments), trains a tiny linear LM with a jitted step on the global arrays, and feeds the
 bandit the per-source mean loss of each stage. The per-row losses and sources are gathered
 from every process (``process_allgather``: the same bits everywhere) and reduced in numpy in
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         loopback.initialize(args.port, args.num_processes, args.process_id)
 
     kwargs = json.loads(pathlib.Path(args.config).read_text())
-    bandit = gp.MixtureBandit(
+    bandit = gp.curriculum.MixtureBandit(
         list(kwargs["sources"]), **json.loads(pathlib.Path(args.bandit).read_text())
     )
     config = gp.PipelineConfig(**kwargs, weights=bandit, provenance=True)

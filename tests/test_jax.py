@@ -122,7 +122,7 @@ def test_make_global_batch_splits_rows_over_the_cpu_devices_of_one_process():
 )
 def test_slot_order_golden(global_batch_size, process_count, expected):
     # global rows are process-major: row p * (B // P) + k holds slot p + k * P
-    order = gp.slot_order(global_batch_size, process_count)
+    order = gp.index.slot_order(global_batch_size, process_count)
     assert order.tolist() == expected
     assert order.dtype == np.int64
 
@@ -138,7 +138,7 @@ def test_slot_order_reorders_process_major_rows_into_the_single_process_batch(tm
         ]
         for key, value in single.items():
             process_major = np.concatenate([part[key] for part in parts])
-            np.testing.assert_array_equal(process_major[gp.slot_order(6, count)], value)
+            np.testing.assert_array_equal(process_major[gp.index.slot_order(6, count)], value)
 
 
 # -- gp.expand: compact batches expanded on the device -------------------------------------
@@ -443,7 +443,7 @@ def test_prefetch_of_a_data_loader_checkpoints_with_orbax(tmp_path):
     mesh = single_device_mesh()
 
     def loader_batches():
-        loader = gp.make_data_loader(full, process_index=0, process_count=1)
+        loader = gp.pipeline.make_data_loader(full, process_index=0, process_count=1)
         return gp.prefetch_to_device(iter(loader), mesh, size=2)
 
     batches = loader_batches()

@@ -195,11 +195,11 @@ def test_a_damaged_state_file_is_named(config, tmp_path, damage, message):
     "data_args", [grain.checkpoint.CheckpointSave, gp.CheckpointSave], ids=["grain", "grainpack"]
 )
 def test_data_loader_round_trip_same_process_count(config, tmp_path, data_args):
-    it = iter(gp.make_data_loader(config, process_index=1, process_count=2))
+    it = iter(gp.pipeline.make_data_loader(config, process_index=1, process_count=2))
     take(it, 3)
     save(tmp_path / "ckpt", 3, it, data_args=data_args)
     expected = take(it, 3)
-    fresh = iter(gp.make_data_loader(config, process_index=1, process_count=2))
+    fresh = iter(gp.pipeline.make_data_loader(config, process_index=1, process_count=2))
     restore(tmp_path / "ckpt", 3, fresh)
     assert_batches_equal(take(fresh, 3), expected)
 
@@ -246,11 +246,11 @@ def test_handler_restores_two_process_states_on_four_processes(config, tmp_path,
 def test_handler_refuses_data_loader_state_from_another_process_count(config, tmp_path):
     states = []
     for p in (0, 1):
-        it = iter(gp.make_data_loader(config, process_index=p, process_count=2))
+        it = iter(gp.pipeline.make_data_loader(config, process_index=p, process_count=2))
         take(it, 2)
         states.append(it.get_state())
     write_states(tmp_path / "data", states)
-    fresh = iter(gp.make_data_loader(config, process_index=0, process_count=1))
+    fresh = iter(gp.pipeline.make_data_loader(config, process_index=0, process_count=1))
     with pytest.raises(ValueError, match=r"only grainpack\.make_dataset iterators restore"):
         DataCheckpointHandler().restore(
             epath.Path(tmp_path / "data"), args=gp.CheckpointRestore(fresh)

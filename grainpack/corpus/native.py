@@ -277,8 +277,8 @@ def not_a_corpus(path: Path) -> str:
         elif path.is_file() and path.name.endswith(_INPUT_SUFFIXES):
             hint = (
                 f" {path.name} is input for a corpus: build one with `grainpack build {path} "
-                "-o CORPUS` (text needs --tokenizer; gp.build_corpus, gp.convert_npy and "
-                "gp.convert_jsonl do the same in Python)."
+                "-o CORPUS` (text needs --tokenizer; gp.build_corpus, gp.ingest.convert_npy and "
+                "gp.ingest.convert_jsonl do the same in Python)."
             )
         elif path.is_dir() and (
             inside := sorted(p.name for p in path.iterdir() if (p / MANIFEST_NAME).is_file())

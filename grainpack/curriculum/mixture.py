@@ -1,14 +1,15 @@
 """``MixtureBandit``: source weights learned online from rewards the training loop reports.
 
 Online data mixing as an EXP3-style bandit over sources (exponential weights with uniform
-exploration, every source observed every stage, as :class:`~grainpack.LengthBandit` does over
-length buckets). The run is cut into stages of ``stage_steps`` global steps; the rewards of
-stage ``k`` decide the weights of stage ``k + delay`` (``delay >= 1``, default 2), and stages
-``< delay`` use the initial weights. Decided weights are kept per stage and never change, so
-the source of every slot is a pure function of (seed, slot, rewards of the stages
-``<= stage - delay``), whenever and wherever the pipeline computes it; a stage that is not
-decided yet raises :class:`~grainpack.UndecidedEpochError` instead of guessing. The
-training-loop contract is in :mod:`grainpack.curriculum.online`.
+exploration, every source observed every stage, as
+:class:`~grainpack.curriculum.LengthBandit` does over length buckets). The run is cut into
+stages of ``stage_steps`` global steps; the rewards of stage ``k`` decide the weights of
+stage ``k + delay`` (``delay >= 1``, default 2), and stages ``< delay`` use the initial
+weights. Decided weights are kept per stage and never change, so the source of every slot is
+a pure function of (seed, slot, rewards of the stages ``<= stage - delay``), whenever and
+wherever the pipeline computes it; a stage that is not decided yet raises
+:class:`~grainpack.curriculum.UndecidedEpochError` instead of guessing. The training-loop
+contract is in :mod:`grainpack.curriculum.online`.
 """
 
 from __future__ import annotations

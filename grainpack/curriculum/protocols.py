@@ -118,9 +118,9 @@ def online_components(obj: object) -> list[AdaptsOnline]:
 
     Example:
       >>> import grainpack as gp
-      >>> static = gp.LengthBuckets(edges=(512,), rates=(1.0, 0.5))
-      >>> online_components(static), online_components(gp.Chain(static, gp.LengthBuckets(
-      ...     edges=(512,), rates=gp.LengthBandit(2))))
+      >>> static = gp.curriculum.LengthBuckets(edges=(512,), rates=(1.0, 0.5))
+      >>> online = gp.curriculum.LengthBuckets(edges=(512,), rates=gp.curriculum.LengthBandit(2))
+      >>> online_components(static), online_components(gp.curriculum.Chain(static, online))
       ([], [LengthBandit(num_buckets=2, learning_rate=1.0, exploration=0.1, delay=2, decay=0.0)])
     """
     if isinstance(obj, AdaptsOnline):

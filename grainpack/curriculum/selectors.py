@@ -76,7 +76,8 @@ class BucketReport:
     Example:
       >>> import tempfile, numpy as np, grainpack as gp
       >>> src = gp.write_corpus(tempfile.mkdtemp(), [np.ones(n, int) for n in (3, 5, 50)])
-      >>> report = gp.LengthBuckets(edges=(10,), rates=(1.0, 0.0), corpus=src).report(None, 0, 0)
+      >>> buckets = gp.curriculum.LengthBuckets(edges=(10,), rates=(1.0, 0.0), corpus=src)
+      >>> report = buckets.report(None, 0, 0)
       >>> report.documents, report.kept_tokens, report.as_dict()["rates"]
       ((2, 1), (8, 0), (1.0, 0.0))
     """
@@ -565,7 +566,7 @@ def _checked_stage(i: int, selector: object, given: np.ndarray, result: object) 
 class PerSource:
     """A selector per source name (sources not named are not filtered).
 
-    Not a :class:`~grainpack.SequenceSelector` itself: ``(order, seed, epoch)`` does not
+    Not a :class:`~grainpack.curriculum.SequenceSelector` itself: ``(order, seed, epoch)`` does not
     say which source an order is from, so it only binds (the pipeline calls
     ``bind(name, corpus)`` for every source).
     Give every source its own :class:`LengthBandit`: its epochs are that source's epochs.

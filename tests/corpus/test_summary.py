@@ -72,7 +72,7 @@ def test_a_merged_corpus_stores_its_block_totals(tmp_path, cache):
         gp.write_corpus(tmp_path / "b", documents(500, seed=2), shard_tokens=900),
     ]
     merged = merge_corpora([tmp_path / "a", tmp_path / "b"], tmp_path / "ab")
-    assert gp.read_manifest(tmp_path / "ab")["version"] == 2
+    assert gp.corpus.read_manifest(tmp_path / "ab")["version"] == 2
     assert merged.summary_block_docs == 256 and len(merged.shards) == sum(
         len(p.shards) for p in parts
     )

@@ -23,9 +23,11 @@ STAGE = 3  # steps per stage in the pipeline tests
 
 
 def test_weights_hand_computed_and_frozen_per_stage():
-    bandit = gp.MixtureBandit(["a", "b"], stage_steps=10, exploration=0.2, delay=2)
+    bandit = gp.curriculum.MixtureBandit(["a", "b"], stage_steps=10, exploration=0.2, delay=2)
     assert bandit.weights(0) == bandit.weights(1) == {"a": 0.5, "b": 0.5}
-    with pytest.raises(gp.UndecidedEpochError, match=r"stage 2 \(from step 20\) is needed"):
+    with pytest.raises(
+        gp.curriculum.UndecidedEpochError, match=r"stage 2 \(from step 20\) is needed"
+    ):
         bandit.weights(2)
     decided = bandit.update(0, [0.0, -2.0])
     # softmax(0, -2) = (1, e**-2) / (1 + e**-2); p = 0.8 * softmax + 0.2 / 2
@@ -42,7 +44,7 @@ def test_weights_hand_computed_and_frozen_per_stage():
         Segment(20, 30, bandit.history[2]),
         Segment(30, 40, bandit.history[3]),
     ]
-    with pytest.raises(gp.UndecidedEpochError, match=r"call update\(2, rewards\)"):
+    with pytest.raises(gp.curriculum.UndecidedEpochError, match=r"call update\(2, rewards\)"):
         bandit.segments(39, 41)
     assert repr(bandit) == (
         "MixtureBandit(sources=['a', 'b'], stage_steps=10, initial=[0.5, 0.5], "
@@ -51,7 +53,7 @@ def test_weights_hand_computed_and_frozen_per_stage():
 
 
 def test_initial_weights_are_the_prior():
-    bandit = gp.MixtureBandit(
+    bandit = gp.curriculum.MixtureBandit(
         ["a", "b"], stage_steps=5, initial={"b": 0.2, "a": 0.8}, exploration=0.5, delay=1
     )
     assert bandit.weights(0) == {"a": 0.8, "b": 0.2}
@@ -62,48 +64,64 @@ def test_initial_weights_are_the_prior():
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: gp.MixtureBandit([], stage_steps=1), TypeError, "non-empty list"),
-        (lambda: gp.MixtureBandit("ab", stage_steps=1), TypeError, "non-empty list"),
-        (lambda: gp.MixtureBandit(["a", "a"], stage_steps=1), ValueError, "distinct names"),
-        (lambda: gp.MixtureBandit(["a"], stage_steps=0), ValueError, "stage_steps must be >= 1"),
-        (lambda: gp.MixtureBandit(["a"], stage_steps=1, delay=0), ValueError, "delay must"),
+        (lambda: gp.curriculum.MixtureBandit([], stage_steps=1), TypeError, "non-empty list"),
+        (lambda: gp.curriculum.MixtureBandit("ab", stage_steps=1), TypeError, "non-empty list"),
         (
-            lambda: gp.MixtureBandit(["a", "b"], stage_steps=1, exploration=0.0),
+            lambda: gp.curriculum.MixtureBandit(["a", "a"], stage_steps=1),
+            ValueError,
+            "distinct names",
+        ),
+        (
+            lambda: gp.curriculum.MixtureBandit(["a"], stage_steps=0),
+            ValueError,
+            "stage_steps must be >= 1",
+        ),
+        (
+            lambda: gp.curriculum.MixtureBandit(["a"], stage_steps=1, delay=0),
+            ValueError,
+            "delay must",
+        ),
+        (
+            lambda: gp.curriculum.MixtureBandit(["a", "b"], stage_steps=1, exploration=0.0),
             ValueError,
             "exploration must lie",
         ),
         (
-            lambda: gp.MixtureBandit(["a", "b"], stage_steps=1, initial={"a": 1.0}),
+            lambda: gp.curriculum.MixtureBandit(["a", "b"], stage_steps=1, initial={"a": 1.0}),
             ValueError,
             "initial must map exactly",
         ),
         (
-            lambda: gp.MixtureBandit(["a", "b"], stage_steps=1, initial={"a": 1.0, "b": 0.0}),
+            lambda: gp.curriculum.MixtureBandit(
+                ["a", "b"], stage_steps=1, initial={"a": 1.0, "b": 0.0}
+            ),
             ValueError,
             "initial weights must be > 0",
         ),
         (
-            lambda: gp.MixtureBandit(["a", "b"], stage_steps=1).update(1, [0.0, 0.0]),
+            lambda: gp.curriculum.MixtureBandit(["a", "b"], stage_steps=1).update(1, [0.0, 0.0]),
             ValueError,
             "rewards of stage 0; got stage=1",
         ),
         (
-            lambda: gp.MixtureBandit(["a", "b"], stage_steps=1).update(0, [0.0]),
+            lambda: gp.curriculum.MixtureBandit(["a", "b"], stage_steps=1).update(0, [0.0]),
             ValueError,
             r"one value per source \(2\)",
         ),
         (
-            lambda: gp.MixtureBandit(["a", "b"], stage_steps=1).update(0, {"a": 1.0}),
+            lambda: gp.curriculum.MixtureBandit(["a", "b"], stage_steps=1).update(0, {"a": 1.0}),
             ValueError,
             "rewards must name exactly",
         ),
         (
-            lambda: gp.MixtureBandit(["a", "b"], stage_steps=1).update(0, [math.inf, 0.0]),
+            lambda: gp.curriculum.MixtureBandit(["a", "b"], stage_steps=1).update(
+                0, [math.inf, 0.0]
+            ),
             ValueError,
             "finite",
         ),
         (
-            lambda: gp.MixtureBandit(["a", "b"], stage_steps=10).segments(-10, 5),
+            lambda: gp.curriculum.MixtureBandit(["a", "b"], stage_steps=10).segments(-10, 5),
             ValueError,
             "start must be >= 0",
         ),
@@ -115,15 +133,17 @@ def test_bad_input_is_refused(call, error, match):
 
 
 def test_state_json_round_trip_keeps_its_choices():
-    bandit = gp.MixtureBandit(["a", "b", "c"], stage_steps=4, learning_rate=2.0)
+    bandit = gp.curriculum.MixtureBandit(["a", "b", "c"], stage_steps=4, learning_rate=2.0)
     for k in range(5):
         bandit.update(k, [0.1 * k, 0.5, -0.3])
-    restored = gp.MixtureBandit(["a", "b", "c"], stage_steps=4, learning_rate=2.0)
+    restored = gp.curriculum.MixtureBandit(["a", "b", "c"], stage_steps=4, learning_rate=2.0)
     restored.load_state_dict(json.loads(json.dumps(bandit.state_dict())))
     assert restored.history == bandit.history and restored.updates == 5
     assert restored.update(5, [0.3, 0.2, 0.1]) == bandit.update(5, [0.3, 0.2, 0.1])
     with pytest.raises(ValueError, match="saved by a bandit with"):
-        gp.MixtureBandit(["a", "b", "c"], stage_steps=5).load_state_dict(bandit.state_dict())
+        gp.curriculum.MixtureBandit(["a", "b", "c"], stage_steps=5).load_state_dict(
+            bandit.state_dict()
+        )
     with pytest.raises(ValueError, match="not a MixtureBandit state"):
         restored.load_state_dict({"weights": []})
     corrupt = {**bandit.state_dict(), "weights": [[0.5, 0.6, 0.1]] * 3}
@@ -137,7 +157,7 @@ def test_state_json_round_trip_keeps_its_choices():
 
 
 def test_rewards_that_overflow_the_preferences_are_refused():
-    bandit = gp.MixtureBandit(["a", "b"], stage_steps=10, learning_rate=10.0)
+    bandit = gp.curriculum.MixtureBandit(["a", "b"], stage_steps=10, learning_rate=10.0)
     with pytest.raises(ValueError, match="overflow the preferences"):
         bandit.update(0, [1e308, 0.0])
     with pytest.raises(ValueError, match="overflow the preferences"):  # in the shift to 0
@@ -162,7 +182,7 @@ def sources(tmp_path):
 
 
 def make_bandit(**options):
-    return gp.MixtureBandit(
+    return gp.curriculum.MixtureBandit(
         ["low", "high"], stage_steps=STAGE, learning_rate=8.0, exploration=0.1, **options
     )
 
@@ -218,7 +238,7 @@ def test_the_bandit_moves_the_mixture_stage_by_stage(sources):
         for s in range(8 * steps)
     ]
     assert chosen.tolist() == expected
-    accounts = gp.mixture_accounting(cfg, steps)
+    accounts = gp.mixing.mixture_accounting(cfg, steps)
     assert accounts["high"].rows == int((chosen == 1).sum())
     assert accounts["high"].target_share == pytest.approx(np.mean(high[:8]), abs=1e-15)
 
@@ -255,7 +275,7 @@ def test_a_rollback_in_the_same_process_accounts_and_restores_as_a_fresh_one(sou
     bandit = make_bandit(delay=1)
     cfg = make_config(sources, bandit)
     it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
-    monitor = gp.MixtureMonitor(cfg, window_steps=STAGE)
+    monitor = gp.mixing.MixtureMonitor(cfg, window_steps=STAGE)
     for step in range(6 * STAGE):
         next(it)
         if (step + 1) % STAGE == 0:
@@ -273,7 +293,7 @@ def test_a_rollback_in_the_same_process_accounts_and_restores_as_a_fresh_one(sou
     fresh_bandit = make_bandit(delay=1)
     fresh_bandit.load_state_dict(bandit.state_dict())
     fresh_cfg = make_config(sources, fresh_bandit)
-    truth = gp.mixture_accounting(fresh_cfg, 5 * STAGE)
+    truth = gp.mixing.mixture_accounting(fresh_cfg, 5 * STAGE)
     assert monitor.check(5 * STAGE)["low"]["epochs"] == truth["low"].epochs
     it.set_state(state)  # refused before the fix: the cached counts gave another batch
     fresh = iter(gp.make_dataset(fresh_cfg, process_index=0, process_count=1))
@@ -287,7 +307,9 @@ def test_the_pipeline_refuses_a_stage_that_is_not_decided(sources):
     it = iter(gp.make_dataset(make_config(sources, bandit), process_index=0, process_count=1))
     for _ in range(2 * STAGE):
         next(it)
-    with pytest.raises(gp.UndecidedEpochError, match=r"stage 2 \(from step 6\) is needed"):
+    with pytest.raises(
+        gp.curriculum.UndecidedEpochError, match=r"stage 2 \(from step 6\) is needed"
+    ):
         next(it)
 
 
@@ -362,7 +384,9 @@ def test_two_jax_processes_agree_and_fresh_processes_continue_identically(tmp_pa
         assert b[p]["rewards"] == a[p]["rewards"][save // 3 :]
         assert b[p]["history"] == history
     # The same global batches as one process planning with the decided weights.
-    bandit = gp.MixtureBandit(list(sources), stage_steps=3, learning_rate=4.0, exploration=0.1)
+    bandit = gp.curriculum.MixtureBandit(
+        list(sources), stage_steps=3, learning_rate=4.0, exploration=0.1
+    )
     bandit.load_state_dict({**bandit.state_dict(), "weights": history})
     cfg = gp.PipelineConfig(**json.loads((tmp_path / "config.json").read_text()),
                             weights=bandit, provenance=True)  # fmt: skip

@@ -168,14 +168,14 @@ def test_selector_report_counts_what_the_pipeline_kept(corpus, order):
         docs = batch["segment_document"][batch["epoch"] == 0]
         seen |= set(docs[docs >= 0].tolist())
     seen_docs = np.array(sorted(seen))
-    report = gp.selector_report(cfg, "c", 0)
+    report = gp.mixing.selector_report(cfg, "c", 0)
     assert report.kept_documents == tuple(counts(src.lengths, seen_docs))
     kept_tokens = np.bincount(buckets_of(src.lengths, seen_docs), src.lengths[seen_docs], 3)
     assert report.kept_tokens == tuple(int(t) for t in kept_tokens)
     assert report.documents == (PER_BUCKET,) * 3
     assert report.rates == (1.0, 0.5, 0.3)
     with pytest.raises(ValueError, match="source 'x' is not one of"):
-        gp.selector_report(cfg, "x", 0)
+        gp.mixing.selector_report(cfg, "x", 0)
 
 
 def test_length_buckets_repr_is_stable_and_content_derived(corpus):
@@ -281,8 +281,10 @@ def test_bind_gives_each_source_its_lengths_and_per_source_selectors(corpus, tmp
     assert counts(src.lengths, per.bind("c", src)(base(src), 0, 0)) == [0, 300, 300]
     assert per.bind("o", other) is None and per.bind("x", other) is None
     assert not callable(per)  # only binds: an order does not say which source it is from
-    assert not isinstance(per, gp.SequenceSelector) and isinstance(per, BindsToSource)
-    assert isinstance(unbound, gp.SequenceSelector) and isinstance(np.sort, gp.SequenceSelector)
+    assert not isinstance(per, gp.curriculum.SequenceSelector) and isinstance(per, BindsToSource)
+    assert isinstance(unbound, gp.curriculum.SequenceSelector) and isinstance(
+        np.sort, gp.curriculum.SequenceSelector
+    )
     bound = LengthBuckets(edges=EDGES, rates=(1.0, 1.0, 0.0), corpus=src)
     with pytest.raises(ValueError, match="applies it to source 'o'"):
         bound.bind("o", other)
@@ -626,14 +628,14 @@ def test_length_buckets_under_the_blocked_order_never_build_the_lengths_array(tm
     # reading source.lengths builds 8 bytes a document: 80 GB at 10^10 documents
     rng = np.random.default_rng(4)
     src = gp.write_corpus(tmp_path / "c", [np.ones(n, int) for n in rng.integers(1, 90, 400)])
-    selector = gp.LengthBuckets(edges=(30,), rates=(1.0, 0.5), corpus=src)
+    selector = gp.curriculum.LengthBuckets(edges=(30,), rates=(1.0, 0.5), corpus=src)
     assert src._lengths is None
     config = gp.PipelineConfig(
         sources={"c": str(tmp_path / "c")},
         block=16,
         global_batch_size=4,
         order=gp.BlockedOrder(16, 4),
-        sequence_selector=gp.LengthBuckets(edges=(30,), rates=(1.0, 0.5)),
+        sequence_selector=gp.curriculum.LengthBuckets(edges=(30,), rates=(1.0, 0.5)),
     )
     dataset = gp.make_dataset(config, process_index=0, process_count=1)
     with iter(dataset) as iterator:
@@ -649,7 +651,7 @@ def test_length_buckets_accept_a_corpus_that_forwards_lengths(tmp_path):
         def __getattr__(self, name):
             return getattr(src, name)
 
-    selector = gp.LengthBuckets(edges=(2,), rates=(0.0, 1.0), corpus=Forwarding())
+    selector = gp.curriculum.LengthBuckets(edges=(2,), rates=(0.0, 1.0), corpus=Forwarding())
     assert selector(np.array([1, 0]), 0, 0).tolist() == [0]
     with pytest.raises(TypeError, match=r"corpus must expose \.lengths"):
-        gp.LengthBuckets(edges=(2,), rates=(0.0, 1.0), corpus=object())
+        gp.curriculum.LengthBuckets(edges=(2,), rates=(0.0, 1.0), corpus=object())

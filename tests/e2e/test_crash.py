@@ -162,7 +162,7 @@ def verify_exit(path: pathlib.Path) -> subprocess.CompletedProcess:
     )
 
 
-def assert_complete_build(path: pathlib.Path, reference: gp.TokenShardSource) -> None:
+def assert_complete_build(path: pathlib.Path, reference: gp.corpus.TokenShardSource) -> None:
     """``path`` holds exactly the reference corpus, and only its files."""
     src = gp.open_corpus(path)
     assert src.fingerprint == reference.fingerprint  # sha256 of the content, via the manifest
@@ -170,7 +170,7 @@ def assert_complete_build(path: pathlib.Path, reference: gp.TokenShardSource) ->
     np.testing.assert_array_equal(
         src.read_tokens(0, src.num_tokens), reference.read_tokens(0, reference.num_tokens)
     )
-    manifest = gp.read_manifest(path)
+    manifest = gp.corpus.read_manifest(path)
     keys = ("tokens_file", "offsets_file", "summary_file")
     files = {s[key] for s in manifest["shards"] for key in keys}
     assert {p.name for p in path.iterdir()} == files | {"manifest.json"}
@@ -183,7 +183,7 @@ def leftovers(path: pathlib.Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory) -> dict[int, gp.TokenShardSource]:
+def references(tmp_path_factory) -> dict[int, gp.corpus.TokenShardSource]:
     """Complete corpora of seeds 1 and 2, written in this process."""
     root = tmp_path_factory.mktemp("reference")
     return {

@@ -99,7 +99,7 @@ def check_launch(runs, name: str, process_count: int, steps: range, *, local=Tru
                     )
                 gathered = out[f"global_{key}"][i]
                 np.testing.assert_array_equal(
-                    gathered[gp.slot_order(BATCH, process_count)],
+                    gathered[gp.index.slot_order(BATCH, process_count)],
                     value,
                     err_msg=f"{name} p{p} global {key} step {t}",
                 )

@@ -187,10 +187,12 @@ def test_an_epoch_has_at_most_the_rows_of_every_document(tmp_path, boundary):
     gp.write_corpus(path, [np.ones(n, int) for n in rng.integers(1, 60, 200)])
     common = dict(sources={"c": str(path)}, block=8, global_batch_size=4, boundary_id=boundary)
     order = BlockedOrder(block_docs=4, window_blocks=4)
-    ramp = gp.LinearRamp(start=(1.0, 0.0), end=(1.0, 1.0), epochs=1)
+    ramp = gp.curriculum.LinearRamp(start=(1.0, 0.0), end=(1.0, 1.0), epochs=1)
     selected = PipelineBatches(
         gp.PipelineConfig(
-            **common, order=order, sequence_selector=gp.LengthBuckets(edges=(10,), rates=ramp)
+            **common,
+            order=order,
+            sequence_selector=gp.curriculum.LengthBuckets(edges=(10,), rates=ramp),
         )
     ).rows(0)
     every = PipelineBatches(gp.PipelineConfig(**common, order=order)).rows(0)
@@ -364,7 +366,7 @@ def test_restore_checks_the_counts_and_reads_version_1_states(corpora):
 def test_data_loader_equals_dataset(corpora):
     cfg = config(corpora)
     want, _ = batches(cfg, 4, 1, 2)
-    loader = iter(gp.make_data_loader(cfg, process_index=1, process_count=2))
+    loader = iter(gp.pipeline.make_data_loader(cfg, process_index=1, process_count=2))
     for t in range(4):
         np.testing.assert_array_equal(next(loader)["inputs"], want[t]["inputs"])
 
@@ -377,7 +379,7 @@ def test_mixture_accounting_is_exact(corpora):
         for j in (0, 1):
             mine = b["source"] == j
             real[j] += int((b["loss_mask"][mine].sum(axis=1) + 1).sum())
-    accounts = gp.mixture_accounting(cfg, 60)
+    accounts = gp.mixing.mixture_accounting(cfg, 60)
     assert [accounts[n].real_tokens for n in ("en", "fr")] == [real[0], real[1]]
     assert [accounts[n].rows for n in ("en", "fr")] == [
         int(sum((b["source"] == j).sum() for b in got)) for j in (0, 1)
@@ -385,7 +387,7 @@ def test_mixture_accounting_is_exact(corpora):
 
 
 def test_selectors_are_applied_per_block(corpora):
-    selector = gp.LengthBuckets(edges=(10,), rates=((1.0, 0.0), (0.0, 1.0)))
+    selector = gp.curriculum.LengthBuckets(edges=(10,), rates=((1.0, 0.0), (0.0, 1.0)))
     cfg = config(corpora, weights=None, sources={"en": corpora["en"]}, sequence_selector=selector)
     source = gp.open_corpus(corpora["en"])
     rows = PipelineBatches(cfg).rows(0)
@@ -401,7 +403,7 @@ def test_selectors_are_applied_per_block(corpora):
 def test_a_selector_with_the_blocked_order_through_make_dataset(corpora):
     # Epoch 0 keeps only documents shorter than 10 tokens (a step's check of the selector's
     # replay cost once failed on blocked rows).
-    selector = gp.LengthBuckets(edges=(10,), rates=((1.0, 0.0), (0.0, 1.0)))
+    selector = gp.curriculum.LengthBuckets(edges=(10,), rates=((1.0, 0.0), (0.0, 1.0)))
     cfg = config(
         corpora, weights=None, sources={"en": corpora["en"]}, sequence_selector=selector,
         provenance=True,

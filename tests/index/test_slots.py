@@ -24,15 +24,15 @@ def test_process_slots_partition_every_global_batch():
 def test_slot_order_inverts_process_slots():
     size, count = 12, 4
     rows = np.concatenate([process_slots(0, 1, size, p, count) for p in range(count)])
-    assert rows[gp.slot_order(size, count)].tolist() == list(range(size))
+    assert rows[gp.index.slot_order(size, count)].tolist() == list(range(size))
 
 
 def test_slot_order_rejects_bad_sizes():
     with pytest.raises(ValueError, match="global_batch_size=6 is not divisible by process_count=4"):
-        gp.slot_order(6, 4)
+        gp.index.slot_order(6, 4)
     with pytest.raises(ValueError, match="process_count must be >= 1, got process_count=0"):
-        gp.slot_order(4, 0)
+        gp.index.slot_order(4, 0)
     with pytest.raises(TypeError, match=r"global_batch_size must be an int, got 4\.0 of type"):
-        gp.slot_order(4.0, 2)
+        gp.index.slot_order(4.0, 2)
     with pytest.raises(ValueError, match="not divisible"):
         process_slots(0, 1, 6, 0, 4)

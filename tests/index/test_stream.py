@@ -51,7 +51,7 @@ def test_source_rows_locate_with_a_selector_that_changes_epoch_sizes():
 def test_windows_rows_follow_the_window_permutation():
     rows = SourceRows(np.array([7, 10]), unit="windows", block=3, seed=4)
     assert rows.rows_per_epoch == 4
-    perm = gp.window_permutation(4, 4, 1)
+    perm = gp.index.window_permutation(4, 4, 1)
     spans = rows.spans(1, np.arange(4))
     starts = np.array([0, 7])[spans.document] + spans.start
     first = starts[np.r_[True, spans.row[1:] != spans.row[:-1]]]

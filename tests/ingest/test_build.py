@@ -470,7 +470,7 @@ def test_corpora_without_a_tokenizer_keep_their_fingerprint(tmp_path):
     # corpus format version change.
     src = gp.write_corpus(tmp_path / "a", [[1, 2], [3], []], vocab_size=10, eos_id=3)
     assert src.fingerprint == "6a79005c31980f7bc2d67f1884c0811742e715abaf3ee14c279b7fae36051eea"
-    assert src.tokenizer is None and "tokenizer" not in gp.read_manifest(tmp_path / "a")
+    assert src.tokenizer is None and "tokenizer" not in gp.corpus.read_manifest(tmp_path / "a")
     named = gp.write_corpus(tmp_path / "b", [[1, 2], [3], []], tokenizer={"kind": "x"})
     assert named.tokenizer == {"kind": "x"} and named.fingerprint != src.fingerprint
     with pytest.raises(TypeError, match="tokenizer must be a dict"):

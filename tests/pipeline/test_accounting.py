@@ -67,7 +67,7 @@ def test_accounting_equals_brute_force_count(paths, unit, weights, count):
     for step, rows, real, _, last_epoch in steps:
         if step % 10:
             continue
-        accounts = gp.mixture_accounting(cfg, step)
+        accounts = gp.mixing.mixture_accounting(cfg, step)
         for name, acc in accounts.items():
             assert acc.rows == rows[name]
             assert acc.tokens == rows[name] * 9
@@ -85,13 +85,13 @@ def test_accounting_survives_save_restore(paths):
     state = it.get_state()
     fresh = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
     fresh.set_state(state)
-    assert gp.mixture_accounting(cfg, fresh.step) == gp.mixture_accounting(cfg, 7)
+    assert gp.mixing.mixture_accounting(cfg, fresh.step) == gp.mixing.mixture_accounting(cfg, 7)
 
 
 def test_accounting_golden_single_source(tmp_path):
     gp.write_corpus(tmp_path / "c", [list(range(1, 10))] * 2)  # 18 tokens -> 4 rows of 5
     cfg = gp.PipelineConfig(sources={"c": str(tmp_path / "c")}, block=4, global_batch_size=2)
-    acc = gp.mixture_accounting(cfg, 3)["c"]  # 6 rows: epoch 0 (18 real) + 2 rows (10 real)
+    acc = gp.mixing.mixture_accounting(cfg, 3)["c"]  # 6 rows: epoch 0 (18 real) + 2 rows (10 real)
     assert (acc.rows, acc.tokens, acc.real_tokens) == (6, 30, 28)
     assert (acc.epoch, acc.epoch_fraction, acc.repeats, acc.epochs) == (1, 0.5, 1, 1.5)
 
@@ -100,8 +100,8 @@ def test_monitor_flags_starved_source(paths):
     cfg = gp.PipelineConfig(
         sources=paths, block=8, global_batch_size=4, weights={"big": 1 - 1e-7, "small": 1e-7}
     )
-    with pytest.warns(gp.MixtureWarning, match="'small' is starved"):
-        monitor = gp.MixtureMonitor(cfg, window_steps=100)
+    with pytest.warns(gp.mixing.MixtureWarning, match="'small' is starved"):
+        monitor = gp.mixing.MixtureMonitor(cfg, window_steps=100)
     assert monitor.starved == ["small"]
 
 
@@ -109,16 +109,16 @@ def test_monitor_repeat_cap_warns_or_raises(paths):
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        monitor = gp.MixtureMonitor(cfg, window_steps=10, max_repeats=1)
+        monitor = gp.mixing.MixtureMonitor(cfg, window_steps=10, max_repeats=1)
         report = monitor.check(2)
     assert set(report) == {"big", "small"}
     assert abs(sum(r["window_share"] for r in report.values()) - 1) < 1e-12
-    with pytest.warns(gp.MixtureWarning) as caught:
+    with pytest.warns(gp.mixing.MixtureWarning) as caught:
         monitor.check(200)
     repeated = sorted(str(w.message).split("'")[1] for w in caught)
     assert repeated == ["big", "small"]  # both sources passed the cap by step 200
-    strict = gp.MixtureMonitor(cfg, window_steps=10, max_repeats=1, hard_cap=np.True_)
-    with pytest.raises(gp.RepeatCapExceeded, match="max_repeats=1"):
+    strict = gp.mixing.MixtureMonitor(cfg, window_steps=10, max_repeats=1, hard_cap=np.True_)
+    with pytest.raises(gp.mixing.RepeatCapExceeded, match="max_repeats=1"):
         strict.check(200)
 
 
@@ -137,11 +137,14 @@ def test_monitor_repeat_cap_warns_or_raises(paths):
 def test_monitor_bad_options_are_refused(paths, options, error, match):
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4)
     with pytest.raises(error, match=match):
-        gp.MixtureMonitor(cfg, **options)
+        gp.mixing.MixtureMonitor(cfg, **options)
 
 
 def test_accounting_needs_a_config():
-    for call in (lambda: gp.target_shares(None, 0, 3), lambda: gp.mixture_accounting({}, 3)):
+    for call in (
+        lambda: gp.mixing.target_shares(None, 0, 3),
+        lambda: gp.mixing.mixture_accounting({}, 3),
+    ):
         with pytest.raises(TypeError, match=r"config must be a gp\.PipelineConfig; got"):
             call()
 
@@ -156,18 +159,18 @@ def test_window_shares_match_counts(paths):
     )
     it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
     sources = np.concatenate([next(it)["source"] for _ in range(50)])
-    shares = gp.window_shares(cfg, 20, 50)
+    shares = gp.mixing.window_shares(cfg, 20, 50)
     assert shares["small"] == np.mean(sources[80:] == 1)
-    assert gp.window_shares(cfg, np.int64(20), np.int64(50)) == shares
-    assert gp.mixture_accounting(cfg, np.int64(3)) == gp.mixture_accounting(cfg, 3)
+    assert gp.mixing.window_shares(cfg, np.int64(20), np.int64(50)) == shares
+    assert gp.mixing.mixture_accounting(cfg, np.int64(3)) == gp.mixing.mixture_accounting(cfg, 3)
     with pytest.raises(ValueError, match="stop_step must be >= 50, got stop_step=20"):
-        gp.window_shares(cfg, 50, 20)
+        gp.mixing.window_shares(cfg, 50, 20)
     with pytest.raises(TypeError, match="step must be an int"):
-        gp.mixture_accounting(cfg, 3.0)
+        gp.mixing.mixture_accounting(cfg, 3.0)
     with pytest.raises(TypeError, match="start_step must be an int"):
-        gp.target_shares(cfg, "x", 3)
+        gp.mixing.target_shares(cfg, "x", 3)
     with pytest.raises(ValueError, match="stop_step must be >= 5"):
-        gp.target_shares(cfg, 5, 3)
+        gp.mixing.target_shares(cfg, 5, 3)
 
 
 # -- schedules ------------------------------------------------------------------------------
@@ -189,20 +192,20 @@ def test_accounting_with_a_schedule_equals_brute_force_count(paths, unit, count)
         per_step.append(taken)
         if step not in checked:
             continue
-        accounts = gp.mixture_accounting(cfg, step)
+        accounts = gp.mixing.mixture_accounting(cfg, step)
         targets = [cfg.probabilities_at(t) for t in range(step)]
         for j, (name, acc) in enumerate(accounts.items()):
             assert acc.rows == rows[name] and acc.real_tokens == real[name]
             assert acc.realized_share == rows[name] / (4 * step)
             assert acc.target_share == pytest.approx(np.mean([w[j] for w in targets]), abs=1e-15)
         for start in {0, min(6, step - 1), min(9, step - 1), step - 1}:
-            shares = gp.window_shares(cfg, start, step)
+            shares = gp.mixing.window_shares(cfg, start, step)
             window = sum(s["small"] for s in per_step[start:step])
             assert shares["small"] == window / (4 * (step - start))
     # golden targets: (8 steps of 0.125, the ramp 0.125 + 0.25 + 0.375 + 0.5, 8 steps of
     # 0.625) / 20 = 7.25 / 20
-    assert gp.target_shares(cfg, 0, 20)["small"] == pytest.approx(0.3625, abs=1e-15)
-    assert gp.target_shares(cfg, 9, 11) == {"big": 0.6875, "small": 0.3125}
+    assert gp.mixing.target_shares(cfg, 0, 20)["small"] == pytest.approx(0.3625, abs=1e-15)
+    assert gp.mixing.target_shares(cfg, 9, 11) == {"big": 0.6875, "small": 0.3125}
 
 
 def test_monitor_with_a_schedule(paths):
@@ -211,13 +214,13 @@ def test_monitor_with_a_schedule(paths):
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, weights=schedule)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        monitor = gp.MixtureMonitor(cfg, window_steps=10)
+        monitor = gp.mixing.MixtureMonitor(cfg, window_steps=10)
     assert monitor.starved == []
     report = monitor.check(55)  # the window [45, 55) straddles the stage boundary
     assert report["small"]["target_share"] == pytest.approx((5 * 1e-9 + 5 * 0.5) / 10)
-    assert report["small"]["window_share"] == gp.window_shares(cfg, 45, 55)["small"]
+    assert report["small"]["window_share"] == gp.mixing.window_shares(cfg, 45, 55)["small"]
     never = [(0, {"big": 1 - 1e-9, "small": 1e-9}), (50, {"big": 1 - 2e-9, "small": 2e-9})]
-    with pytest.warns(gp.MixtureWarning, match="'small' is starved: with weight 2e-09"):
-        gp.MixtureMonitor(
+    with pytest.warns(gp.mixing.MixtureWarning, match="'small' is starved: with weight 2e-09"):
+        gp.mixing.MixtureMonitor(
             gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, weights=never)
         )

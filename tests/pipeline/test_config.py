@@ -113,7 +113,7 @@ def _first(n):
     [
         _NoRepr(),
         functools.partial(keep_all),
-        gp.PerSource({"en": _NoRepr()}),
+        gp.curriculum.PerSource({"en": _NoRepr()}),
         _first(_NoRepr()),
         _NoRepr().__call__,
     ],
@@ -123,7 +123,7 @@ def test_a_selector_whose_repr_holds_an_address_is_refused(selector):
     # the address differs in every process: the fingerprint would refuse every restore
     with pytest.raises(TypeError, match=r"repr .* holds a memory address.* __repr__"):
         gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, sequence_selector=selector)
-    lengths = gp.LengthBuckets(edges=[4], rates=[1.0, 0.5])  # a repr of its parameters
+    lengths = gp.curriculum.LengthBuckets(edges=[4], rates=[1.0, 0.5])  # a repr of its parameters
     config = gp.PipelineConfig(
         sources=PATHS, block=8, global_batch_size=4, sequence_selector=lengths
     )
@@ -158,13 +158,13 @@ def test_mappings_changed_in_place_after_validation_are_refused_by_every_pipelin
     paths = {"en": str(tmp_path / "en"), "fr": str(tmp_path / "en")}
     weights = {"en": 0.5, "fr": 0.5}
     config = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, weights=weights)
-    assert gp.mixture_accounting(config, 3)["en"].rows > 0  # as built: fine
+    assert gp.mixing.mixture_accounting(config, 3)["en"].rows > 0  # as built: fine
     assert json.dumps(dataclasses.asdict(config)["weights"])  # plain dicts, for loggers
     config.weights["en"] = 0.9  # sums to 1.4: was mixed with the weights validated before
     for use in (
         lambda: gp.make_dataset(config, process_index=0, process_count=1),
-        lambda: gp.mixture_accounting(config, 3),
-        lambda: gp.target_shares(config, 0, 3),
+        lambda: gp.mixing.mixture_accounting(config, 3),
+        lambda: gp.mixing.target_shares(config, 0, 3),
         lambda: config.probabilities_at(0),  # answered with the old weights before
     ):
         with pytest.raises(ValueError, match="changed in place after it was built"):
@@ -276,7 +276,12 @@ def test_schedule_description_and_weights_by_step():
             "weights: stage 1 .*ramp of 9 steps runs past",
         ),
         ("premiums", [(0, {"en": 0.0, "fr": 1.0})], ValueError, r"'en' in premiums stage 0"),
-        ("weights", gp.MixtureBandit(["fr", "en"], stage_steps=5), ValueError, "in this order"),
+        (
+            "weights",
+            gp.curriculum.MixtureBandit(["fr", "en"], stage_steps=5),
+            ValueError,
+            "in this order",
+        ),
         # hashed as 64 bits: the blocked order's windows unit gave seed 0's batches
         ("seed", 2**64 + 3, ValueError, r"seed must be below 2\*\*64 .* would act as 3\)"),
         ("provenance", "no", TypeError, "provenance must be True or False; got 'no'"),
@@ -289,7 +294,9 @@ def test_bad_schedules_are_refused(field, value, error, match):
 
 
 def test_an_online_schedule_is_described_by_its_configuration():
-    bandit = gp.MixtureBandit(["en", "fr"], stage_steps=5, initial={"en": 0.8, "fr": 0.2})
+    bandit = gp.curriculum.MixtureBandit(
+        ["en", "fr"], stage_steps=5, initial={"en": 0.8, "fr": 0.2}
+    )
     cfg = gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, weights=bandit)
     described = cfg.description()["schedule"]
     assert described == repr(bandit) and "stage_steps=5" in described
@@ -400,7 +407,7 @@ def test_to_dict_refuses_python_objects_it_cannot_write():
     cfg = gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, sequence_selector=keep_all)
     with pytest.raises(ValueError, match=r"sequence_selector=<function keep_all at .*no JSON form"):
         cfg.to_dict()
-    bandit = gp.MixtureBandit(["en", "fr"], stage_steps=5)
+    bandit = gp.curriculum.MixtureBandit(["en", "fr"], stage_steps=5)
     cfg = gp.PipelineConfig(sources=PATHS, block=8, global_batch_size=4, weights=bandit)
     with pytest.raises(ValueError, match=r"weights=MixtureBandit\(.*dataclasses.replace\(config, "):
         cfg.to_dict()

@@ -180,7 +180,9 @@ def test_dataset_and_data_loader_agree(two_sources, workers):
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=1)
     reference = take(iter(gp.make_dataset(cfg, process_index=1, process_count=2)), 5)
     ds_iter = iter(gp.make_dataset(cfg, process_index=1, process_count=2, worker_count=workers))
-    loader = gp.make_data_loader(cfg, process_index=1, process_count=2, worker_count=workers)
+    loader = gp.pipeline.make_data_loader(
+        cfg, process_index=1, process_count=2, worker_count=workers
+    )
     for got in (take(ds_iter, 5), take(iter(loader), 5)):
         for a, b in zip(got, reference):
             assert a.keys() == b.keys()
@@ -217,12 +219,15 @@ def test_grain_elements_plan_about_8m_tokens(two_sources):
     assert steps(block=8191, global_batch_size=4096) == 1  # one step is 16M tokens
     # Selectors are pure functions of (order, seed, epoch): planned ahead like no selector.
     assert steps(block=8, global_batch_size=4, sequence_selector=identity_selector) == 512
-    static = gp.LengthBuckets(edges=(4,), rates=(1.0, 0.5))
+    static = gp.curriculum.LengthBuckets(edges=(4,), rates=(1.0, 0.5))
     assert steps(block=8, global_batch_size=4, sequence_selector=static) == 512
     # One that adapts online is planned one step at a time, after the loop's updates.
-    bandit = gp.LengthBuckets(edges=(4,), rates=gp.LengthBandit(2))
+    bandit = gp.curriculum.LengthBuckets(edges=(4,), rates=gp.curriculum.LengthBandit(2))
     assert steps(block=8, global_batch_size=4, sequence_selector=bandit) == 1
-    assert steps(block=8, global_batch_size=4, sequence_selector=gp.Chain(static, bandit)) == 1
+    assert (
+        steps(block=8, global_batch_size=4, sequence_selector=gp.curriculum.Chain(static, bandit))
+        == 1
+    )
 
 
 @pytest.mark.slow
@@ -342,12 +347,12 @@ def test_source_shorter_than_one_row_is_an_error(tmp_path):
 def test_grain_data_loader_state_resumes(two_sources):
     paths, _ = two_sources
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, seed=1)
-    loader = gp.make_data_loader(cfg, process_index=0, process_count=2)
+    loader = gp.pipeline.make_data_loader(cfg, process_index=0, process_count=2)
     it = iter(loader)
     take(it, 2)
     state = it.get_state()
     expected = take(it, 2)
-    it2 = iter(gp.make_data_loader(cfg, process_index=0, process_count=2))
+    it2 = iter(gp.pipeline.make_data_loader(cfg, process_index=0, process_count=2))
     it2.set_state(state)
     for a, b in zip(take(it2, 2), expected):
         np.testing.assert_array_equal(a["inputs"], b["inputs"])
@@ -408,7 +413,7 @@ def test_a_refused_state_keeps_the_anchor_of_an_online_schedule(two_sources):
     paths, _ = two_sources
 
     def config():
-        bandit = gp.MixtureBandit(list(paths), stage_steps=10_000)
+        bandit = gp.curriculum.MixtureBandit(list(paths), stage_steps=10_000)
         return gp.PipelineConfig(
             sources=paths,
             block=8,
@@ -429,7 +434,7 @@ def test_a_refused_state_keeps_the_anchor_of_an_online_schedule(two_sources):
     assert it._batches.anchor == anchor and it.get_state()["step"] == 9001
 
 
-@pytest.mark.parametrize("make", [gp.make_dataset, gp.make_data_loader])
+@pytest.mark.parametrize("make", [gp.make_dataset, gp.pipeline.make_data_loader])
 def test_a_negative_worker_count_is_refused_in_our_words(two_sources, make):
     cfg = gp.PipelineConfig(sources=two_sources[0], block=8, global_batch_size=4)
     with pytest.raises(ValueError, match="worker_count must be >= 0"):
@@ -438,11 +443,11 @@ def test_a_negative_worker_count_is_refused_in_our_words(two_sources, make):
 
 def test_make_data_loader_refuses_workers_with_an_online_schedule(two_sources):
     paths, _ = two_sources
-    bandit = gp.MixtureBandit(list(paths), stage_steps=10)
+    bandit = gp.curriculum.MixtureBandit(list(paths), stage_steps=10)
     cfg = gp.PipelineConfig(sources=paths, block=8, global_batch_size=4, weights=bandit)
     with pytest.raises(ValueError, match=r"use make_dataset \(its iterator's close\(\) restarts"):
-        gp.make_data_loader(cfg, process_index=0, process_count=1, worker_count=1)
-    assert next(iter(gp.make_data_loader(cfg, process_index=0, process_count=1)))
+        gp.pipeline.make_data_loader(cfg, process_index=0, process_count=1, worker_count=1)
+    assert next(iter(gp.pipeline.make_data_loader(cfg, process_index=0, process_count=1)))
 
 
 def test_make_dataset_evaluation_mode_is_the_eval_pass(two_sources):
@@ -516,7 +521,7 @@ def test_compact_layout_through_workers_the_data_loader_and_checkpoints(two_sour
     reference = take(iter(gp.make_dataset(compact, process_index=1, process_count=2)), 6)
     assert sorted(reference[0]) == ["filled", "segment_starts", "tokens"]
     it = iter(gp.make_dataset(compact, process_index=1, process_count=2, worker_count=2))
-    loader = gp.make_data_loader(compact, process_index=1, process_count=2)
+    loader = gp.pipeline.make_data_loader(compact, process_index=1, process_count=2)
     try:
         for got in (take(it, 6), take(iter(loader), 6)):
             for a, b in zip(got, reference):
