@@ -266,6 +266,7 @@ for step in range(3, len(want)):
 """
 
 
+@pytest.mark.slow
 def test_files_changed_under_a_live_iterator_raise_a_python_error(tmp_path):
     """A shard truncated in place (to nothing: SIGBUS before; by half, inside its one page:
     zeros before), rewritten with the same size, or the whole corpus replaced by
@@ -289,6 +290,7 @@ def test_files_changed_under_a_live_iterator_raise_a_python_error(tmp_path):
         assert str(tmp_path / change / "tokens-0000") in line  # the file is named
 
 
+@pytest.mark.slow
 def test_a_shard_truncated_right_after_a_read_raises_at_the_next_read_of_it(tmp_path):
     """No wait for the periodic check: every read first compares the size of each mapped
     file it touches with the tokens it maps (SIGBUS before, for a truncation in place)."""
@@ -312,6 +314,7 @@ for step in range(3, len(want)):
     assert re.search(r"\(size \d+ -> 0 bytes\)", line), line
 
 
+@pytest.mark.slow
 def test_an_offsets_file_truncated_under_a_live_iterator_raises_not_sigbus(tmp_path):
     code = (
         CHILD_PRELUDE
@@ -331,6 +334,7 @@ for step in range(3, 3000):
     assert f"{tmp_path / 'c' / 'offsets-00003.bin'}: changed since the corpus" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "size", "read"),
     [
@@ -360,6 +364,7 @@ for i in range(len(src)):
     assert errors and all(str(tmp_path / "c" / name) in e for e in errors)
 
 
+@pytest.mark.slow
 def test_a_corpus_of_more_shards_than_the_soft_open_file_limit_is_read(tmp_path):
     """Every mapped shard keeps two descriptors (Python's mmap dups them): 500 shards under
     a soft limit of 256 ran out of them before grainpack raised the soft limit."""

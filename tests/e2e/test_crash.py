@@ -40,6 +40,8 @@ import pytest
 import grainpack as gp
 from grainpack.pipeline.dataset import batch_digest
 
+pytestmark = pytest.mark.slow  # every test here starts and kills processes
+
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 CRASH_WRITER = TESTS / "crash_writer.py"
@@ -327,7 +329,6 @@ PROPERTY_CASES = 240
 TIMER_SECONDS = 0.05  # about the life of one writer: a random instant falls anywhere in it
 
 
-@pytest.mark.slow
 def test_property_path_always_holds_a_complete_corpus(tmp_path):
     """Random writers over one path: each overwrites, races another or not, and is killed at
     a pause point, at a random instant or not at all. After every case, and at every poll

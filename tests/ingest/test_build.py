@@ -101,6 +101,7 @@ class NotToBeCalled(ByteTokenizer):
         raise AssertionError("tokenized before the output was checked")
 
 
+@pytest.mark.slow
 def test_errors_write_nothing(tmp_path):
     good = write_input(tmp_path / "good.jsonl", TEXTS[:20])
     out = tmp_path / "out"

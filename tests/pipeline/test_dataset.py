@@ -747,6 +747,7 @@ def test_warnings_for_doubled_or_missing_boundaries_and_mixed_tokenizers(tmp_pat
         gp.make_dataset(gp.PipelineConfig(sources={"a": plain}, unit="windows", **config))
 
 
+@pytest.mark.slow
 def test_a_stream_and_a_counted_state_go_past_max_slots(two_sources, monkeypatch):
     # MAX_SLOTS bounds counting from scratch; a live stream counts as it goes, and a state
     # with its counts (blocked order) restores past it. Lowered here to reach it quickly.
@@ -837,6 +838,7 @@ def test_a_second_interrupt_inside_the_recovery_skips_nothing(two_sources, monke
             np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key} of step {step}")
 
 
+@pytest.mark.slow
 def test_restarted_workers_start_from_the_counts_of_the_step(two_sources):
     # A worker restart (close(), as after an online-schedule update) sent the workers a
     # pipeline without counts, and each counted every earlier slot from 0: O(t) per restart.
