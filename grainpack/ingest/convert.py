@@ -1,6 +1,6 @@
 """Converters into the native corpus format: ``.npy`` arrays, JSON lines, any readable corpus.
 
-Every converter streams document by document through :class:`~grainpack.corpus.CorpusWriter`,
+Every converter streams document by document through :class:`~grainpack.ingest.CorpusWriter`,
 so a failed conversion leaves no manifest (the output never opens as a complete corpus).
 """
 
