@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.cli.main import main
 from grainpack.bench.scale import (
     order_quality,
     sparse_lengths,
     write_sparse_corpus,
 )
+from grainpack.cli.main import main
 from grainpack.corpus.shards import check_offsets
 from grainpack.corpus.summary import block_tokens
 
