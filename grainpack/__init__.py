@@ -130,6 +130,15 @@ _NAMESPACES = (
 )
 
 if TYPE_CHECKING:
+    from grainpack import corpus as corpus
+    from grainpack import curriculum as curriculum
+    from grainpack import index as index
+    from grainpack import ingest as ingest
+    from grainpack import jax as jax
+    from grainpack import mixing as mixing
+    from grainpack import orbax as orbax
+    from grainpack import pipeline as pipeline
+    from grainpack import reference as reference
     from grainpack.corpus import CorpusError as CorpusError
     from grainpack.corpus import CorpusExistsError as CorpusExistsError
     from grainpack.corpus import CorpusNotFoundError as CorpusNotFoundError
