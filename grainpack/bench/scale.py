@@ -190,21 +190,12 @@ def _blocked() -> Any:
 def _task(name: str, path: str, extra: dict[str, Any]) -> dict[str, Any]:
     """One measurement, in this (fresh) process."""
     import grainpack as gp
-    from grainpack.pipeline.dataset import batch_digest, make_dataset  # imports Grain, JAX
+    from grainpack.pipeline.dataset import make_dataset  # imports Grain, JAX
 
     baseline = _status("RssAnon")
     if name == "state":  # the checkpoint state of step RESTORE_STEP (setup, not timed)
-        batches = gp.make_dataset(_config(path, _blocked()), process_index=0, process_count=1)
-        last = batches.batches.batch(RESTORE_STEP - 1, 0)
-        return {
-            "version": 2,
-            "step": RESTORE_STEP,
-            "process_index": 0,
-            "process_count": 1,
-            "fingerprint": batches.batches.fingerprint,
-            "digest": batch_digest(last),
-            "counts": [RESTORE_STEP * BATCH],
-        }
+        dataset = gp.make_dataset(_config(path, _blocked()), process_index=0, process_count=1)
+        return iter(dataset).state_after(RESTORE_STEP)
     if name == "exact":
         t0 = time.perf_counter()
         try:
@@ -281,7 +272,7 @@ def boundary_stall(path: str, *, batches: int = WINDOW_BATCHES, repeats: int = 3
         wall, cpu = np.empty((repeats, batches)), np.empty((repeats, batches))
         for r in range(repeats):
             iterator = iter(gp.make_dataset(config, process_index=0, process_count=1))
-            iterator.set_state(_state_at(pipeline, start - warmup))
+            iterator.set_state(iterator.state_after(start - warmup))
             for _ in range(warmup):
                 next(iterator)
             _prefetcher().submit(lambda: None).result()  # the restore's planning ahead is done
@@ -327,20 +318,6 @@ def stall_ranges(pipeline: Any, batches: int = WINDOW_BATCHES) -> tuple[int, int
             f"{warmup + 4} or later); give more --boundary-documents (default 10**8)"
         )
     return boundary, warmup, batches, (away, boundary - batches // 2)
-
-
-def _state_at(pipeline: Any, step: int) -> dict[str, Any]:
-    from grainpack.pipeline.dataset import batch_digest
-
-    return {
-        "version": 2,
-        "step": step,
-        "process_index": 0,
-        "process_count": 1,
-        "fingerprint": pipeline.fingerprint,
-        "digest": batch_digest(pipeline.batch(step - 1, 0)),
-        "counts": [step * BATCH],
-    }
 
 
 # -- randomness --------------------------------------------------------------------------------
