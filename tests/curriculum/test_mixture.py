@@ -170,15 +170,16 @@ def test_rewards_that_overflow_the_preferences_are_refused():
 # -- in the pipeline ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def sources(tmp_path):
+@pytest.fixture(scope="session")
+def sources(tmp_path_factory):
     """Two sources a model tells apart: small token ids and large ones."""
+    root = tmp_path_factory.mktemp("sources")  # read-only: shared by the tests
     rng = np.random.default_rng(5)
     low = [rng.integers(1, 100, size=rng.integers(20, 200)) for _ in range(120)]
     high = [rng.integers(500, 1000, size=rng.integers(20, 200)) for _ in range(120)]
-    gp.write_corpus(tmp_path / "low", low)
-    gp.write_corpus(tmp_path / "high", high)
-    return {"low": str(tmp_path / "low"), "high": str(tmp_path / "high")}
+    gp.write_corpus(root / "low", low)
+    gp.write_corpus(root / "high", high)
+    return {"low": str(root / "low"), "high": str(root / "high")}
 
 
 def make_bandit(**options):

@@ -290,14 +290,15 @@ def test_selector_epochs_come_from_block_totals_without_replay():
 BLOCKED = gp.BlockedOrder(block_docs=4, window_blocks=3)
 
 
-@pytest.fixture
-def corpora(tmp_path):
+@pytest.fixture(scope="session")
+def corpora(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpora")  # read-only: shared by the tests
     rng = np.random.default_rng(11)
     paths = {}
     for name, n in (("en", 300), ("fr", 80)):
         docs = [rng.integers(1, 1000, rng.integers(0, 40)) for _ in range(n)]
-        gp.write_corpus(tmp_path / name, docs, shard_tokens=900)
-        paths[name] = str(tmp_path / name)
+        gp.write_corpus(root / name, docs, shard_tokens=900)
+        paths[name] = str(root / name)
     return paths
 
 

@@ -10,13 +10,14 @@ import pytest
 import grainpack as gp
 
 
-@pytest.fixture
-def paths(tmp_path):
+@pytest.fixture(scope="session")
+def paths(tmp_path_factory):
+    root = tmp_path_factory.mktemp("paths")  # read-only: shared by the tests
     rng = np.random.default_rng(3)
     docs = lambda n, hi: [rng.integers(1, 500, size=rng.integers(1, hi)) for _ in range(n)]  # noqa: E731
-    gp.write_corpus(tmp_path / "big", docs(60, 40))
-    gp.write_corpus(tmp_path / "small", docs(6, 15))
-    return {"big": str(tmp_path / "big"), "small": str(tmp_path / "small")}
+    gp.write_corpus(root / "big", docs(60, 40))
+    gp.write_corpus(root / "small", docs(6, 15))
+    return {"big": str(root / "big"), "small": str(root / "small")}
 
 
 def real_tokens_per_row(batch):

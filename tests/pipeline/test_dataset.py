@@ -28,12 +28,13 @@ def random_documents(rng: np.random.Generator, n: int, low: int, high: int) -> l
     return [rng.integers(1, 1000, size=rng.integers(low, high)) for _ in range(n)]
 
 
-@pytest.fixture
-def two_sources(tmp_path):
+@pytest.fixture(scope="session")
+def two_sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("two_sources")  # read-only: shared by the tests
     rng = np.random.default_rng(7)
-    en = gp.write_corpus(tmp_path / "en", random_documents(rng, 40, 0, 30), shard_tokens=200)
-    fr = gp.write_corpus(tmp_path / "fr", random_documents(rng, 9, 1, 12))
-    return {"en": str(tmp_path / "en"), "fr": str(tmp_path / "fr")}, (en, fr)
+    en = gp.write_corpus(root / "en", random_documents(rng, 40, 0, 30), shard_tokens=200)
+    fr = gp.write_corpus(root / "fr", random_documents(rng, 9, 1, 12))
+    return {"en": str(root / "en"), "fr": str(root / "fr")}, (en, fr)
 
 
 def take(iterator, n):
@@ -549,13 +550,14 @@ def test_compact_layout_through_workers_the_data_loader_and_checkpoints(two_sour
 # -- mixture schedules --------------------------------------------------------------------
 
 
-@pytest.fixture
-def larger_sources(tmp_path):
+@pytest.fixture(scope="session")
+def larger_sources(tmp_path_factory):
     """Sources with many rows per epoch: plans of 512 steps span few epochs (fast)."""
+    root = tmp_path_factory.mktemp("larger_sources")  # read-only: shared by the tests
     rng = np.random.default_rng(19)
-    en = gp.write_corpus(tmp_path / "en", random_documents(rng, 300, 10, 200), shard_tokens=5000)
-    fr = gp.write_corpus(tmp_path / "fr", random_documents(rng, 100, 10, 100))
-    return {"en": str(tmp_path / "en"), "fr": str(tmp_path / "fr")}, (en, fr)
+    en = gp.write_corpus(root / "en", random_documents(rng, 300, 10, 200), shard_tokens=5000)
+    fr = gp.write_corpus(root / "fr", random_documents(rng, 100, 10, 100))
+    return {"en": str(root / "en"), "fr": str(root / "fr")}, (en, fr)
 
 
 SCHEDULE = [

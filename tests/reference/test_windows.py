@@ -23,22 +23,24 @@ def write_flat_layout(directory, shards):
     return directory
 
 
-@pytest.fixture
-def abc_dir(tmp_path):
+@pytest.fixture(scope="session")
+def abc_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("abc_dir")  # read-only: shared by the tests
     # Listed out of order on purpose: the stream is a.bin, c.bin (sorted, empty b.bin skipped)
     # = 0 1 2 ... 9 100 101 102 103 104.
     return write_flat_layout(
-        tmp_path / "abc",
+        root / "abc",
         {"c.bin": range(100, 105), "b.bin": [], "a.bin": range(10)},
     )
 
 
-@pytest.fixture
-def en_ar(tmp_path):
+@pytest.fixture(scope="session")
+def en_ar(tmp_path_factory):
+    root = tmp_path_factory.mktemp("en_ar")  # read-only: shared by the tests
     # en tokens < 1000, ar tokens >= 1000: a row's language is visible in its values.
-    en = write_flat_layout(tmp_path / "en", {"0.bin": range(0, 40)})
+    en = write_flat_layout(root / "en", {"0.bin": range(0, 40)})
     ar = write_flat_layout(
-        tmp_path / "ar", {"0.bin": range(1000, 1030), "1.bin": range(2000, 2013)}
+        root / "ar", {"0.bin": range(1000, 1030), "1.bin": range(2000, 2013)}
     )
     return {"en": en, "ar": ar}
 
