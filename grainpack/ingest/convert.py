@@ -254,8 +254,7 @@ def convert_jsonl(
                     )
                     raise OptionError(
                         f"{path}:{lineno}: expected a list of ids, or an object with one in "
-                        f"{{field=}}, found {found}; pass the name of the ids' field as "
-                        f"{{field}}{hint}",
+                        f"{{field=}}, found {found}; pass {{field}}=<name>{hint}",
                         field=field,
                     )
                 try:

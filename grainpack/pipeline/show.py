@@ -51,7 +51,7 @@ def describe_step(config: PipelineConfig, step: int, *, process_count: int = 1) 
         >>> config = PipelineConfig(sources={"a": path}, block=3, global_batch_size=2)
         >>> shown = describe_step(config, 1, process_count=2)
         >>> [(r["slot"], r["process"], r["real_targets"], r["segments"]) for r in shown["rows"]]
-        [(2, 0, 2, [{'document': 0, 'offset': 0}]), (3, 1, 3, [{'document': 2, 'offset': 0}])]
+        [(2, 0, 0, [{'document': 1, 'offset': 1}]), (3, 1, 3, [{'document': 2, 'offset': 0}])]
         >>> shown["weights"], shown["mixture"]["a"]["rows"]
         ({'a': 1.0}, 2)
     """
