@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
 from typing import Any
 
 import grain
@@ -23,12 +22,11 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from grainpack.pipeline.dataset import (
-    COUNTED_STATE_KEYS,
-    STATE_KEYS,
     ConfigMismatchError,
     describe_changes,
     process_index_and_count,
 )
+from grainpack.pipeline.state import is_pipeline_state
 
 _STATE_FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
 
@@ -54,15 +52,6 @@ def saved_state_file(
         )
     saved = counts.pop()
     return directory / f"process_{process_index % saved}-of-{saved}.json"
-
-
-def is_pipeline_state(state: Any) -> bool:
-    """Whether ``state`` is a :func:`grainpack.make_dataset` iterator state (a global step).
-
-    Also true for iterators that only wrap one, such as ``make_dataset(...).map(f)``, whose
-    state is their parent's.
-    """
-    return isinstance(state, Mapping) and set(state) in (set(STATE_KEYS), set(COUNTED_STATE_KEYS))
 
 
 def _saved_description(directory: epath.Path, state_file: str) -> dict[str, Any] | None:

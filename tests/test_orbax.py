@@ -294,9 +294,7 @@ def test_restore_in_a_fresh_process_continues_identically(config, tmp_path):
     take(it, 4)
     save(tmp_path / "ckpt", 4, it)
     expected = take(it, 3)
-    (tmp_path / "config.json").write_text(
-        json.dumps({f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
-    )
+    (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
     script = textwrap.dedent(
         """
         import json, sys
@@ -308,7 +306,7 @@ def test_restore_in_a_fresh_process_continues_identically(config, tmp_path):
         if __name__ == "__main__":
             flags.FLAGS.mark_as_parsed()
             config_path, ckpt, out = sys.argv[1:]
-            config = gp.PipelineConfig(**json.load(open(config_path)))
+            config = gp.PipelineConfig.from_dict(json.load(open(config_path)))
             it = iter(gp.make_dataset(config))
             mngr = ocp.CheckpointManager(ckpt)
             mngr.restore(mngr.latest_step(), args=ocp.args.Composite(

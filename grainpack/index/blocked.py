@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -175,6 +175,65 @@ class BlockedOrder:
             "block_docs": self.block_docs,
             "window_blocks": self.window_blocks,
         }
+
+    # -- the DocumentOrder interface (grainpack.index.exact), what the pipeline calls --
+
+    counts_in_state: ClassVar[bool] = True  # a restore at a late step counts no earlier slot
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the order adds to the pipeline's description: ``{"order": description}``."""
+        return {"order": self.description()}
+
+    def row_stream(
+        self,
+        corpus: BlockLayout,
+        *,
+        unit: str,
+        block: int,
+        seed: int,
+        boundary: bool,
+        selector: Any,
+        block_tokens: Callable[[int], np.ndarray] | None,
+        name: str | None = None,
+    ) -> BlockedRows:
+        """The source's :class:`BlockedRows`. A ``selector`` must decide per block (have a
+        ``for_blocks(block_docs)`` method); without one, the documents unit reads the
+        corpus's per-block totals, ``block_tokens(block_docs)``.
+
+        Raises:
+          TypeError: the selector cannot decide per block.
+        """
+        if selector is not None:
+            for_blocks = getattr(selector, "for_blocks", None)
+            if for_blocks is None:
+                raise TypeError(
+                    "order=BlockedOrder needs a selector whose kept tokens per block are known "
+                    "without reading documents (a gp.curriculum.LengthBuckets, "
+                    "gp.curriculum.PerSource of them, or your own with a for_blocks(block_docs) "
+                    "method returning a "
+                    f"grainpack.index.blocked.BlockSelector); source {name!r} has "
+                    f"{selector!r}. Use order='exact' for arbitrary per-document selectors"
+                )
+            selector = for_blocks(self.block_docs)
+        totals = None
+        if unit == "documents" and selector is None and block_tokens is not None:
+            totals = block_tokens(self.block_docs)
+        rows = BlockedRows(
+            corpus,
+            order=self,
+            unit=unit,
+            block=block,
+            seed=seed,
+            boundary=boundary,
+            selector=selector,
+            block_tokens=totals,
+        )
+        rows.name = name
+        return rows
+
+    def index_bytes(self, corpus: BlockLayout, *, unit: str, block: int, selector: bool) -> int:
+        """0: the blocked order's memory does not grow with the corpus beyond ``O(N / C)``."""
+        return 0
 
 
 class BlockLayout(Protocol):

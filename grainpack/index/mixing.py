@@ -33,6 +33,7 @@ from grainpack.index.schedule import (
     WeightSchedule,
     segment_probabilities,
 )
+from grainpack.index.slots import first_slot
 from grainpack.index.weights import normalize_probabilities
 
 __all__ = [
@@ -342,8 +343,8 @@ class SlotMixer:
         size = self.slots_per_step
         out = []
         for seg in self.schedule.segments(start // size, -(-stop // size)):
-            lo = max(start, seg.start * size)
-            hi = stop if seg.stop is None else min(stop, seg.stop * size)
+            lo = max(start, first_slot(seg.start, size))
+            hi = stop if seg.stop is None else min(stop, first_slot(seg.stop, size))
             if lo < hi:
                 out.append((lo, hi, seg))
         return out

@@ -2,7 +2,9 @@
 
 Global batch ``t`` is slots ``[t*B, (t+1)*B)``; process ``p`` of ``P`` holds slots
 ``t*B + p + k*P`` for ``k < B // P`` (round-robin, as the window loader's ``rank_batch``
-and ``shard_documents_for_rank``). This module is the one place that rule is written.
+and ``shard_documents_for_rank``). This module is the one place that rule is written:
+:func:`first_slot` (a step's first slot) and :func:`rows_per_process` (``B // P``, refused
+unless ``P`` divides ``B``) are what every other module uses.
 
 Pure: numpy and the standard library only.
 """
@@ -13,10 +15,32 @@ import numpy as np
 
 from grainpack.index.checks import check_int
 
-__all__ = ["process_slots", "slot_order"]
+__all__ = ["first_slot", "process_slots", "rows_per_process", "slot_order"]
 
 
-def _check_layout(global_batch_size: int, process_count: int) -> int:
+def first_slot(step: int, global_batch_size: int) -> int:
+    """The first slot of global batch ``step``: ``step * global_batch_size`` (a Python int,
+    exact at any size; also the number of slots before the step).
+
+    Example:
+      >>> first_slot(3, 8)
+      24
+    """
+    return int(step) * int(global_batch_size)
+
+
+def rows_per_process(global_batch_size: int, process_count: int) -> int:
+    """Rows each process holds of a global batch, ``global_batch_size // process_count``.
+
+    Raises:
+      ValueError: ``process_count`` does not divide ``global_batch_size`` (every process
+        holds the same number of rows), or either is below 1.
+      TypeError: either is not an int.
+
+    Example:
+      >>> rows_per_process(8, 4)
+      2
+    """
     size = check_int("global_batch_size", global_batch_size, minimum=1)
     count = check_int("process_count", process_count, minimum=1)
     if size % count:
@@ -37,10 +61,10 @@ def process_slots(
       >>> process_slots(1, 2, 4, 1, 2).tolist()  # batches 1 and 2, process 1 of 2
       [5, 7, 9, 11]
     """
-    per = _check_layout(global_batch_size, process_count)
+    per = rows_per_process(global_batch_size, process_count)
     local = process_index + process_count * np.arange(per, dtype=np.int64)
     offsets = global_batch_size * np.arange(steps, dtype=np.int64)[:, None] + local
-    return step * global_batch_size + offsets.reshape(-1)
+    return first_slot(step, global_batch_size) + offsets.reshape(-1)
 
 
 def slot_order(global_batch_size: int, process_count: int) -> np.ndarray:
@@ -61,6 +85,6 @@ def slot_order(global_batch_size: int, process_count: int) -> np.ndarray:
       >>> slot_order(4, 2).tolist()  # rows [p0k0, p0k1, p1k0, p1k1] -> slots 0, 1, 2, 3
       [0, 2, 1, 3]
     """
-    per = _check_layout(global_batch_size, process_count)
+    per = rows_per_process(global_batch_size, process_count)
     rows = np.arange(global_batch_size, dtype=np.int64)
     return rows.reshape(process_count, per).T.reshape(-1)

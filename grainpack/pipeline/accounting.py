@@ -20,6 +20,7 @@ import numpy as np
 from grainpack.curriculum.protocols import Reports
 from grainpack.index.checks import check_bool, check_float, check_int
 from grainpack.index.schedule import MixtureSchedule, mean_probabilities
+from grainpack.index.slots import first_slot
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 
@@ -53,7 +54,7 @@ class SourceAccount:
       >>> path = tempfile.mkdtemp()
       >>> _ = gp.write_corpus(path, [np.arange(1, 40)] * 4)
       >>> cfg = gp.PipelineConfig(sources={"en": path}, block=8, global_batch_size=4)
-      >>> account = gp.mixture_accounting(cfg, 10)["en"]
+      >>> account = gp.mixing.mixture_accounting(cfg, 10)["en"]
       >>> account.rows, account.tokens, account.epoch, account.repeats
       (40, 360, 2, 2)
     """
@@ -108,7 +109,7 @@ def mixture_accounting(
       >>> path = tempfile.mkdtemp() + "/c"
       >>> _ = gp.write_corpus(path, [np.arange(1, 10)] * 2)  # 18 tokens: 4 rows of 5
       >>> cfg = gp.PipelineConfig(sources={"en": path}, block=4, global_batch_size=2)
-      >>> acc = gp.mixture_accounting(cfg, 3)["en"]  # 6 rows: 1.5 passes
+      >>> acc = gp.mixing.mixture_accounting(cfg, 3)["en"]  # 6 rows: 1.5 passes
       >>> acc.rows, acc.real_tokens, acc.epoch, acc.epoch_fraction
       (6, 28, 1, 0.5)
     """
@@ -116,7 +117,7 @@ def mixture_accounting(
     batches = _batches(config)
     batches.check_step(step)  # refuses a step whose accounting would run for hours
     cfg = batches.config
-    slots = step * cfg.global_batch_size
+    slots = first_slot(step, cfg.global_batch_size)
     counts = batches.mixer.counts_before(slots)
     targets = target_shares(batches, 0, step)
     out = {}
@@ -157,7 +158,7 @@ def window_shares(
       >>> import grainpack as gp
       >>> cfg = gp.PipelineConfig(sources={"a": "/a", "b": "/b"}, block=8, global_batch_size=4,
       ...                         weights={"a": 0.75, "b": 0.25})
-      >>> shares = gp.window_shares(cfg, 0, 1000)
+      >>> shares = gp.mixing.window_shares(cfg, 0, 1000)
       >>> round(shares["a"] + shares["b"], 9), 0.72 < shares["a"] < 0.78
       (1.0, True)
     """
@@ -165,7 +166,7 @@ def window_shares(
     stop_step = check_int("stop_step", stop_step, minimum=start_step)
     batches = _batches(config)
     size = batches.config.global_batch_size
-    counts = batches.mixer.counts_between(start_step * size, stop_step * size)
+    counts = batches.mixer.counts_between(first_slot(start_step, size), first_slot(stop_step, size))
     total = max(int(counts.sum()), 1)
     return {name: int(c) / total for name, c in zip(batches.config.sources, counts)}
 
@@ -189,7 +190,7 @@ def target_shares(
       >>> import grainpack as gp
       >>> cfg = gp.PipelineConfig(sources={"a": "/a", "b": "/b"}, block=8, global_batch_size=4,
       ...                         weights=[(0, {"a": 1.0, "b": 0.0}), (10, {"a": 0.5, "b": 0.5})])
-      >>> gp.target_shares(cfg, 0, 20)
+      >>> gp.mixing.target_shares(cfg, 0, 20)
       {'a': 0.75, 'b': 0.25}
     """
     start_step = check_int("start_step", start_step)
@@ -205,8 +206,9 @@ def selector_report(config: PipelineConfig | PipelineBatches, source: str, epoch
     """What the ``sequence_selector`` kept of ``source`` in ``epoch``, as the pipeline
     applies it: bound to that source's corpus, with its seed (``seed + j`` for source
     ``j``) and, under :class:`~grainpack.BlockedOrder`, per (block, bucket). The selector's
-    own ``report`` (a :class:`~grainpack.BucketReport` for :class:`~grainpack.LengthBuckets`,
-    a tuple of them for a :class:`~grainpack.Chain`), over every document of the corpus.
+    own ``report`` (a :class:`~grainpack.curriculum.BucketReport` for
+    :class:`~grainpack.curriculum.LengthBuckets`, a tuple of them for a
+    :class:`~grainpack.curriculum.Chain`), over every document of the corpus.
 
     Args:
       config: The pipeline (or its :class:`PipelineBatches`).
@@ -225,8 +227,8 @@ def selector_report(config: PipelineConfig | PipelineBatches, source: str, epoch
       >>> path = tempfile.mkdtemp() + "/en"
       >>> _ = gp.write_corpus(path, [np.ones(n, int) for n in (3, 5, 50, 70)])
       >>> cfg = gp.PipelineConfig(sources={"en": path}, block=8, global_batch_size=2,
-      ...     sequence_selector=gp.LengthBuckets(edges=(10,), rates=(1.0, 0.0)))
-      >>> report = gp.selector_report(cfg, "en", 0)
+      ...     sequence_selector=gp.curriculum.LengthBuckets(edges=(10,), rates=(1.0, 0.0)))
+      >>> report = gp.mixing.selector_report(cfg, "en", 0)
       >>> report.kept_documents, report.kept_tokens
       ((2, 0), (8, 0))
     """
@@ -276,7 +278,7 @@ class MixtureMonitor:
       ...                         weights={"a": 1 - 1e-9, "b": 1e-9})
       >>> import warnings
       >>> with warnings.catch_warnings(record=True) as caught:
-      ...     monitor = gp.MixtureMonitor(cfg, window_steps=100)
+      ...     monitor = gp.mixing.MixtureMonitor(cfg, window_steps=100)
       >>> monitor.starved, caught[0].category.__name__
       (['b'], 'MixtureWarning')
     """
@@ -298,7 +300,7 @@ class MixtureMonitor:
             "min_expected_rows", min_expected_rows, 0.0, math.inf, closed_low=True
         )
         cfg = self.batches.config
-        rows = window_steps * cfg.global_batch_size
+        rows = first_slot(window_steps, cfg.global_batch_size)  # slots of a window
         largest = dict(zip(cfg.sources, _largest_weights(cfg)))
         self.starved = [name for name, p in largest.items() if p * rows < min_expected_rows]
         for name in self.starved:

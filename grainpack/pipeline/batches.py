@@ -28,18 +28,16 @@ from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import block_tokens
 from grainpack.curriculum.protocols import (
-    SelectsBlocks,
     adapts_online,
     bind_selector,
     online_revision,
 )
-from grainpack.index.blocked import BlockedRows, BlockSelector
 from grainpack.index.checks import check_int
 from grainpack.index.layout import PackedRows, Part, pack_rows
 from grainpack.index.mixing import SlotMixer
 from grainpack.index.schedule import mean_probabilities
-from grainpack.index.slots import process_slots
-from grainpack.index.stream import MIN_EPOCH_COST, SourceRows
+from grainpack.index.slots import first_slot, process_slots, rows_per_process
+from grainpack.index.stream import MIN_EPOCH_COST, EpochRows
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.expand import compact_rows, expand_rows
 from grainpack.pipeline.gather import RowReader
@@ -72,14 +70,6 @@ def _check_ids_fit(name: str, path: str, source: TokenShardSource) -> None:
         "batch arrays (max 2**31 - 1), where they would wrap. Rewrite it with its ids checked: "
         f"grainpack build {path} -o NEW --dtype uint32 [--vocab-size N] (refuses ids >= 2**31)"
     )
-
-
-# Bytes per document the exact order holds at its peak, per source and process: int64
-# lengths (8), and while an epoch is planned its int64 permutation (8), int64 bounds (8),
-# uint32 ids (4) and the generator's scratch (33 measured at 10**7 documents); a selector
-# copies and hashes the order (about 24 more). Windows unit: lengths and the identity bounds
-# (16), plus 8 per window of the epoch's permutation.
-EXACT_BYTES_PER_DOCUMENT, SELECTOR_BYTES_PER_DOCUMENT = 34, 24
 
 
 def _digest(value: Any) -> int:
@@ -117,12 +107,7 @@ class PipelineBatches:
         config.check_unchanged()
         if not isinstance(process_count, int) or process_count < 1:
             raise ValueError(f"process_count must be a positive int; got {process_count=}")
-        if config.global_batch_size % process_count:
-            raise ValueError(
-                f"global_batch_size={config.global_batch_size} is not divisible by "
-                f"process_count={process_count}; every process must hold the same number of "
-                "rows: choose a global batch size that is a multiple of the process count"
-            )
+        self.rows_per_batch = rows_per_process(config.global_batch_size, process_count)
         if evaluation is not None and evaluation not in config.sources:
             raise ValueError(
                 f"evaluation source {evaluation!r} is not one of {list(config.sources)}"
@@ -131,7 +116,7 @@ class PipelineBatches:
         self.process_count = process_count
         self.evaluation = evaluation
         self._sources: list[TokenShardSource] | None = None
-        self._rows: dict[int, SourceRows | BlockedRows] = {}
+        self._rows: dict[int, EpochRows] = {}
         self._mixer: SlotMixer | None = None
         self._revision = online_revision(config.sequence_selector, config.weights)
         # (slot, per-source counts before it), known from a restored state: the mixer's count
@@ -210,7 +195,7 @@ class PipelineBatches:
                     )
         return self._sources
 
-    def rows(self, j: int) -> SourceRows | BlockedRows:
+    def rows(self, j: int) -> EpochRows:
         """The row stream of source ``j`` (seeded ``seed + j``, as in ``MixedStream``)."""
         self._check_online()
         rows = self._rows.get(j)
@@ -218,26 +203,17 @@ class PipelineBatches:
             cfg, source = self.config, self.sources[j]
             name = list(cfg.sources)[j]
             selector = bind_selector(cfg.sequence_selector, name, source)
-            options = dict(
+            rows = cfg.order.row_stream(
+                source,
                 unit=cfg.unit,
                 block=cfg.block,
                 seed=cfg.seed + j,
                 boundary=cfg.boundary_id is not None,
+                selector=selector,
+                block_tokens=functools.partial(block_tokens, source),
+                name=name,
             )
-            order = cfg.blocked
-            if order is None:
-                rows = SourceRows(source.lengths, selector=selector, **options)
-            else:
-                if selector is not None:
-                    selector = _block_selector(selector, name, order.block_docs)
-                totals = None
-                if cfg.unit == "documents" and selector is None:
-                    totals = block_tokens(source, order.block_docs)
-                rows = BlockedRows(
-                    source, order=order, selector=selector, block_tokens=totals, **options
-                )
             rows.replay_limit = MAX_REPLAY_DOCUMENTS  # what one plan may replay
-            rows.name = name
             self._rows[j] = rows
         return rows
 
@@ -283,15 +259,12 @@ class PipelineBatches:
         blocked order, whose memory does not grow with the corpus beyond ``O(N / C)``),
         times ``copies`` (processes planning with their own copy, e.g. Grain workers)."""
         cfg = self.config
-        if cfg.blocked is not None:
-            return 0
-        total = 0
-        for source in self._planned_sources():
-            if cfg.unit == "windows":
-                total += 16 * len(source) + 8 * (source.num_tokens // (cfg.block + 1))
-            else:
-                extra = SELECTOR_BYTES_PER_DOCUMENT if cfg.sequence_selector is not None else 0
-                total += (EXACT_BYTES_PER_DOCUMENT + extra) * len(source)
+        total = sum(
+            cfg.order.index_bytes(
+                source, unit=cfg.unit, block=cfg.block, selector=cfg.sequence_selector is not None
+            )
+            for source in self._planned_sources()
+        )
         return total * copies
 
     def _planned_sources(self) -> list[TokenShardSource]:
@@ -395,11 +368,6 @@ class PipelineBatches:
             return compact_rows(packed, tokens)
         return expand_rows(packed, tokens)
 
-    @property
-    def rows_per_batch(self) -> int:
-        """Rows of one per-process batch: ``global_batch_size // process_count``."""
-        return self.config.global_batch_size // self.process_count
-
     @functools.cached_property
     def adapts_online(self) -> bool:
         """Whether the selector or the weights learn from the training loop's rewards."""
@@ -452,15 +420,14 @@ class PipelineBatches:
         itself stops at the same limit.
         """
         size = self.config.global_batch_size
-        end = (step + steps) * size
-        if end > MAX_SLOT:
+        if first_slot(step + steps, size) > MAX_SLOT:
             raise ValueError(
                 f"step {step:,} is no step of any run: its slots pass 2**62 (global batch "
                 f"{size}); check the step (a corrupt checkpoint state?)"
             )
         if self.evaluation is not None:
             return
-        self.mixer.check_cost(step * size)
+        self.mixer.check_cost(first_slot(step, size))
         names = list(self.config.sources)
         used = None
         for j in range(len(names)):
@@ -486,9 +453,9 @@ class PipelineBatches:
         size = self.config.global_batch_size
         constant = self.config.constant_probabilities
         if constant is not None:
-            return [(step + steps) * size * p for p in constant]
+            return [first_slot(step + steps, size) * p for p in constant]
         before = mean_probabilities(self.config.schedule, 0, step)
-        return [step * size * p + steps * size for p in before]
+        return [first_slot(step, size) * p + first_slot(steps, size) for p in before]
 
     def packed_steps(
         self, step: int, process_index: int, process_count: int | None = None, *, steps: int = 1
@@ -500,14 +467,16 @@ class PipelineBatches:
         count = self.process_count if process_count is None else process_count
         size = self.config.global_batch_size
         slots = process_slots(step, steps, size, process_index, count)
-        offsets = slots - step * size
+        offsets = slots - first_slot(step, size)
         if self.evaluation is not None:
             j = list(self.config.sources).index(self.evaluation)
             valid = np.flatnonzero(slots < self.rows(j).rows_in_epoch(0))
             sources = np.full(len(valid), j)
             epochs, rows = np.zeros(len(valid), dtype=np.int64), slots[valid]
         else:
-            chosen, occurrences = self.mixer.draws(step * size, (step + steps) * size)
+            chosen, occurrences = self.mixer.draws(
+                first_slot(step, size), first_slot(step + steps, size)
+            )
             valid = np.arange(len(slots))
             sources, occurrences = chosen[offsets], occurrences[offsets]
             epochs, rows = np.empty_like(occurrences), np.empty_like(occurrences)
@@ -583,19 +552,6 @@ class CheckedReader:
                 self.sources[j].check_files(shards)
             self.checked = now
         return self.reader.read(first, stop)
-
-
-def _block_selector(selector: object, name: str, block_docs: int) -> BlockSelector:
-    """The selector of source ``name`` as the blocked order needs it (decisions per block)."""
-    if not isinstance(selector, SelectsBlocks):
-        raise TypeError(
-            f"order=BlockedOrder needs a selector whose kept tokens per block are known without "
-            f"reading documents (a gp.LengthBuckets, gp.PerSource of them, or your own with a "
-            f"for_blocks(block_docs) method returning a grainpack.index.blocked.BlockSelector); "
-            f"source {name!r} has {selector!r}. Use order='exact' for arbitrary per-document "
-            "selectors"
-        )
-    return selector.for_blocks(block_docs)
 
 
 def _size(n: int) -> str:

@@ -15,6 +15,7 @@ from grainpack.curriculum.protocols import BindsToSource, describe_selector
 from grainpack.curriculum.selectors import PerSource
 from grainpack.index.blocked import BlockedOrder
 from grainpack.index.checks import check_bool, check_float, check_int, check_seed
+from grainpack.index.exact import ExactOrder
 from grainpack.index.orders import SequenceSelector
 from grainpack.index.schedule import MixtureSchedule, Stage, WeightSchedule, probabilities_at
 from grainpack.index.weights import content_probabilities
@@ -71,11 +72,11 @@ class PipelineConfig:
         ``gp.Stage(start_step, {name: weight}, ramp=steps)``, starting at step 0 with
         increasing starts; each stage's weights hold until the next stage, and with a ramp
         they move linearly from the previous stage's over ``ramp`` steps (a weight may be 0
-        in some stages). Or an online schedule, :class:`~grainpack.MixtureBandit`. See the
-        README's "Schedules".
+        in some stages). Or an online schedule, :class:`~grainpack.curriculum.MixtureBandit`.
+        See the README's "Schedules".
       premiums: content mode instead of ``weights``: name -> tokens that source needs per
         unit of content; probabilities are then ``premium / sum(premiums)`` (see
-        :func:`grainpack.content_probabilities`). Also a list of stages of premiums (a ramp
+        :func:`grainpack.mixing.content_probabilities`). Also a list of stages of premiums (a ramp
         then moves the probabilities).
       unit: ``"documents"`` (shuffled documents, concatenated and chunked, as
         ``pack_documents``) or ``"windows"`` (permuted fixed windows of the stored token
@@ -94,9 +95,10 @@ class PipelineConfig:
         target, after a boundary token) has an entry but no position in ``segment_ids``.
         Does not change any token (not part of the fingerprint).
       order: ``"exact"`` (the specification's orders, bit for bit: ``O(N)`` memory per
-        source and process) or a :class:`~grainpack.BlockedOrder` (blocks of documents
-        permuted by a keyed bijection, documents permuted inside windows of blocks:
-        ``O(N / C + K * C)``). See the README's "Scale" section.
+        source and process; stored as :class:`~grainpack.index.exact.ExactOrder`) or a
+        :class:`~grainpack.BlockedOrder` (blocks of documents permuted by a keyed bijection,
+        documents permuted inside windows of blocks: ``O(N / C + K * C)``). See the
+        README's "Scale" section.
       layout: ``"full"``: batches hold the five int32 model arrays. ``"compact"``: batches
         hold the rows in the corpus dtype plus a few bytes per row (``tokens``,
         ``segment_starts``, ``filled``), expanded on the accelerator by
@@ -122,7 +124,7 @@ class PipelineConfig:
     pad_id: int = 0
     sequence_selector: SequenceSelector | None = None
     provenance: bool = False
-    order: Literal["exact"] | BlockedOrder = "exact"
+    order: Literal["exact"] | ExactOrder | BlockedOrder = "exact"
     layout: Layout = "full"
 
     def __new__(cls, *args: Any, **fields: Any) -> PipelineConfig:
@@ -167,7 +169,9 @@ class PipelineConfig:
             )
         if self.unit not in ("documents", "windows"):
             raise ValueError(f"unit must be 'documents' or 'windows'; got {self.unit!r}")
-        if self.order != "exact" and not isinstance(self.order, BlockedOrder):
+        if self.order == "exact":
+            object.__setattr__(self, "order", ExactOrder())
+        if not isinstance(self.order, ExactOrder | BlockedOrder):
             raise (ValueError if isinstance(self.order, str) else TypeError)(
                 f"order must be 'exact' or a gp.BlockedOrder(block_docs=..., window_blocks=...); "
                 f"got {self.order!r}"
@@ -183,7 +187,7 @@ class PipelineConfig:
         if selector is not None and not (callable(selector) or isinstance(selector, BindsToSource)):
             raise TypeError(
                 "sequence_selector must be callable (order, seed, epoch) -> order or bind to "
-                f"sources (gp.PerSource); got {selector!r}"
+                f"sources (gp.curriculum.PerSource); got {selector!r}"
             )
         described = describe_selector(selector) if selector is not None else ""
         if re.search(r" at 0x[0-9a-fA-F]+", described):
@@ -282,7 +286,8 @@ class PipelineConfig:
         if names is None or list(names) != list(self.sources):
             raise ValueError(
                 f"a schedule object as weights must name the sources {list(self.sources)} in "
-                f"this order (gp.MixtureBandit(list(sources), ...)); got {schedule!r}. Give "
+                f"this order (gp.curriculum.MixtureBandit(list(sources), ...)); "
+                f"got {schedule!r}. Give "
                 "fixed stages as a list of (start_step, {name: weight})"
             )
 
@@ -360,7 +365,7 @@ class PipelineConfig:
         Paths are strings, schedules are lists ``[start, {name: weight}, ramp]`` and a blocked
         order is ``{"kind": "blocked", "block_docs": C, "window_blocks": K}``. Python objects
         have no JSON form, so a ``sequence_selector`` or an online schedule as ``weights``
-        (:class:`~grainpack.MixtureBandit`) cannot round-trip and are refused.
+        (:class:`~grainpack.curriculum.MixtureBandit`) cannot round-trip and are refused.
 
         Raises:
           ValueError: the config holds a ``sequence_selector`` or an online schedule.
@@ -383,8 +388,7 @@ class PipelineConfig:
             elif fields[field] is not None:
                 fields[field] = dict(fields[field])
         fields["sources"] = dict(self.sources)
-        if isinstance(self.order, BlockedOrder):
-            fields["order"] = self.order.description()
+        fields["order"] = self.order.description()
         return fields
 
     @classmethod
@@ -394,8 +398,8 @@ class PipelineConfig:
 
         Accepts what ``to_dict`` writes, and the same data with defaults left out, schedule
         stages without a ramp (``[start, {name: weight}]``) and a blocked order without its
-        ``"kind"`` (``{"block_docs": C, "window_blocks": K}``). Values are validated as by
-        the constructor.
+        ``"kind"`` (``{"block_docs": C, "window_blocks": K}``), so also what
+        ``dataclasses.asdict(config)`` writes. Values are validated as by the constructor.
 
         Raises:
           ValueError: ``fields`` names an unknown field (the error suggests the one meant),
@@ -431,21 +435,21 @@ class PipelineConfig:
             raise ValueError(f"PipelineConfig needs {', '.join(missing)}; none given")
         fields = dict(fields)
         order = fields.get("order")
-        if isinstance(order, Mapping):  # as BlockedOrder.description() writes it
-            spec = {k: v for k, v in order.items() if k != "kind"}
-            blocked = order.get("kind", "blocked") == "blocked"
-            if not blocked or set(spec) - {"block_docs", "window_blocks"}:
+        if isinstance(order, Mapping):  # as description() or dataclasses.asdict write it
+            kind, spec = (
+                order.get("kind", "blocked"),
+                {k: v for k, v in order.items() if k != "kind"},
+            )
+            if kind == "exact" and not spec:
+                fields["order"] = ExactOrder()
+            elif kind == "blocked" and not set(spec) - {"block_docs", "window_blocks"}:
+                fields["order"] = BlockedOrder(**spec)
+            else:
                 raise ValueError(
                     f'"order" must be "exact" or {{"block_docs": C, "window_blocks": K}} '
                     f"(a BlockedOrder); got {order}"
                 )
-            fields["order"] = BlockedOrder(**spec)
         return cls(**fields)
-
-    @property
-    def blocked(self) -> BlockedOrder | None:
-        """The blocked order, or ``None`` for the exact order."""
-        return self.order if isinstance(self.order, BlockedOrder) else None
 
     def description(self) -> dict[str, Any]:
         """Everything that determines the tokens, as JSON-able data (paths excluded; the
@@ -475,7 +479,7 @@ class PipelineConfig:
             "boundary_id": self.boundary_id,
             "pad_id": self.pad_id,
             "sequence_selector": selector,
-        } | ({} if self.blocked is None else {"order": self.blocked.description()})
+        } | self.order.fingerprint()
 
 
 def _schedule(field: str, stages: list[Stage]) -> MixtureSchedule:

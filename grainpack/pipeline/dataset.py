@@ -23,21 +23,17 @@ import jax
 import numpy as np
 from absl import flags
 
-from grainpack.index.checks import check_bool, check_int, is_int
-from grainpack.pipeline.batches import FORMAT_VERSION, MAX_SLOT, PipelineBatches
+from grainpack.index.checks import check_bool, check_int
+from grainpack.index.slots import first_slot, rows_per_process
+from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
 from grainpack.pipeline.expand import FULL_KEYS, expand_compact
+from grainpack.pipeline.state import IteratorState
 from grainpack.processes import exit_with_parent, importing_main_in_a_child
 
 logger = logging.getLogger(__name__)
 
-STATE_KEYS = ("version", "step", "process_index", "process_count", "fingerprint", "digest")
-# Version 2 (written with order=BlockedOrder) adds the per-source counts of the slots before
-# the step: the mixer's count cache starts there, so a restore does not count every earlier
-# slot. Version 1 states (the exact order's, and older ones) are still restored.
-COUNTED_STATE_KEYS = (*STATE_KEYS, "counts")
-COUNTED_STATE_VERSION = 2
 READ_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
@@ -185,10 +181,10 @@ class PipelineIterator(grain.DatasetIterator):
     def _open(self) -> Any:
         if self._inner is None:
             workers = self._options.worker_count
-            if workers and self._step and self._batches.config.blocked is not None:
+            if workers and self._step and self._batches.config.order.counts_in_state:
                 # the workers start from the counts before this step, counted here once
                 # (and incrementally: get_state counts them too), not each from slot 0
-                slot = self._step * self._batches.config.global_batch_size
+                slot = first_slot(self._step, self._batches.config.global_batch_size)
                 self._batches.anchor_at(slot, self._batches.mixer.counts_before(slot))
             elements = PlannedSteps(
                 self._batches, self._step, self._options.process_index, as_bytes=workers > 0
@@ -280,19 +276,18 @@ class PipelineIterator(grain.DatasetIterator):
         ahead (:func:`grainpack.prefetch_to_device`) checkpoint the step its consumer is at."""
         if last is None and step > 0:
             last = self._batches.batch(step - 1, self._options.process_index)
-        state: dict[str, Any] = {
-            "version": FORMAT_VERSION,
-            "step": step,
-            "process_index": self._options.process_index,
-            "process_count": self._batches.process_count,
-            "fingerprint": self._batches.fingerprint,
-            "digest": 0 if last is None else batch_digest(last),
-        }
-        if self._batches.config.blocked is not None:
-            slot = step * self._batches.config.global_batch_size
-            counts = self._batches.mixer.counts_before(slot)
-            state.update(version=COUNTED_STATE_VERSION, counts=[int(c) for c in counts])
-        return state
+        batches, counts = self._batches, None
+        if batches.config.order.counts_in_state:
+            slot = first_slot(step, batches.config.global_batch_size)
+            counts = tuple(int(c) for c in batches.mixer.counts_before(slot))
+        return IteratorState(
+            step=step,
+            process_index=self._options.process_index,
+            process_count=batches.process_count,
+            fingerprint=batches.fingerprint,
+            digest=0 if last is None else batch_digest(last),
+            counts=counts,
+        ).to_dict()
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Continues at ``state["step"]``, as saved by :meth:`get_state` on any number of
@@ -304,102 +299,65 @@ class PipelineIterator(grain.DatasetIterator):
             beyond any run, or the last batch before it, recomputed, differs from the one
             trained on.
         """
-        if isinstance(state, str | bytes):
-            raise TypeError(
-                f"set_state takes the dict get_state returned, got {type(state).__name__} "
-                f"{state[:60]!r}; parse saved JSON first: set_state(json.loads(text))"
-            )
-        keys = set(state) if isinstance(state, Mapping) else None
-        if keys not in (set(STATE_KEYS), set(COUNTED_STATE_KEYS)):
-            raise ValueError(
-                f"not a grainpack iterator state: expected keys {sorted(STATE_KEYS)} (and "
-                f"'counts' from version {COUNTED_STATE_VERSION} on), got {state!r}"
-            )
-        counts = state.get("counts", [])
-        bad = [k for k in STATE_KEYS if not is_int(state[k])]
-        if not isinstance(counts, list) or not all(is_int(c) and c >= 0 for c in counts):
-            bad.append("counts")
-        if bad or state["step"] < 0 or not 0 <= state["process_index"] < state["process_count"]:
-            raise ValueError(
-                f"corrupt grainpack iterator state {dict(state)!r}: every value must be an int "
-                "(counts: a list of ints >= 0), step >= 0 and 0 <= process_index < process_count"
-            )
-        expected = COUNTED_STATE_VERSION if "counts" in state else FORMAT_VERSION
-        if state["version"] in {FORMAT_VERSION, COUNTED_STATE_VERSION} - {expected}:
-            has = "has" if state["version"] == COUNTED_STATE_VERSION else "has no"
-            raise ValueError(
-                f"corrupt grainpack iterator state {dict(state)!r}: a version "
-                f"{state['version']} state {has} 'counts' (the state was edited or cut); "
-                "restore from the state get_state returned"
-            )
-        if state["version"] != expected:
-            raise ValueError(
-                f"iterator state version {state['version']} is not {expected}; it was "
-                "written by another grainpack release"
-            )
-        if (
-            state["fingerprint"] != self._batches.fingerprint
-            and not self._options.ignore_fingerprint_mismatch
-        ):
+        saved = IteratorState.from_dict(state)  # keys, types and version
+        batches = self._batches
+        same = saved.fingerprint == batches.fingerprint
+        if not same and not self._options.ignore_fingerprint_mismatch:
             raise ConfigMismatchError(
                 "the checkpoint was made with another pipeline config or corpus (fingerprint "
-                f"{state['fingerprint']} in the checkpoint, {self._batches.fingerprint} now); "
+                f"{saved.fingerprint} in the checkpoint, {batches.fingerprint} now); "
                 "resuming would train on different data. Restore with the original config, or "
                 "pass ignore_fingerprint_mismatch=True to make_dataset to accept the change. "
                 "(A checkpoint saved with gp.CheckpointSave also names what changed.)"
             )
-        step, same = state["step"], state["fingerprint"] == self._batches.fingerprint
-        size, count = self._batches.config.global_batch_size, state["process_count"]
-        if same and size % count:
-            raise ValueError(
-                f"corrupt grainpack iterator state: process_count={count} does not divide "
-                f"global_batch_size={size}, so no process of this config saved it (the state "
-                "was edited); restore each process from the state it saved"
-            )
-        if any(c > MAX_SLOT for c in counts):  # before any int64 math on them
-            raise ValueError(
-                f"corrupt grainpack iterator state: counts {counts} pass 2**62 slots, which no "
-                "run reaches (the state was edited or damaged); restore the state the "
-                "checkpoint saved"
-            )
+        size, count = batches.config.global_batch_size, saved.process_count
+        if same:
+            try:
+                rows_per_process(size, count)
+            except ValueError:
+                raise ValueError(
+                    f"corrupt grainpack iterator state: process_count={count} does not divide "
+                    f"global_batch_size={size}, so no process of this config saved it (the "
+                    "state was edited); restore each process from the state it saved"
+                ) from None
         undo = []  # a refused state leaves the iterator as it was
-        if self._batches.adapts_online:  # decided rounds may have been rolled back
-            undo.append(self._batches.forget_plans())
+        if batches.adapts_online:  # decided rounds may have been rolled back
+            undo.append(batches.forget_plans())
         try:
-            if "counts" in state and same:  # counted up to the step: no count from 0 needed
+            if saved.counts is not None and same:  # counted up to the step: no count from 0
                 try:
-                    undo.append(self._batches.anchor_at(step * size, counts))
+                    undo.append(batches.anchor_at(first_slot(saved.step, size), saved.counts))
                 except ValueError as err:
                     raise ValueError(f"corrupt grainpack iterator state: {err}") from None
-            self._batches.check_step(step)  # a step beyond any run is refused before any work
-            if step == 0 and state["digest"]:  # get_state gives 0 before the first batch
+            batches.check_step(saved.step)  # a step beyond any run is refused before any work
+            if saved.step == 0 and saved.digest:  # get_state gives 0 before the first batch
                 raise ValueError(
-                    f"corrupt grainpack iterator state: step 0 with digest {state['digest']}, "
+                    f"corrupt grainpack iterator state: step 0 with digest {saved.digest}, "
                     "which only a state after a batch has: the state was edited or damaged; "
                     "restore the state the checkpoint saved"
                 )
-            if step and same:
-                self._verify(state)
+            if saved.step and same:
+                self._verify(saved)
         except BaseException:
             for restore in reversed(undo):
                 restore()
             raise
         self.close()
-        self._step = step
+        self._step = saved.step
         self._last = None
 
-    def _verify(self, state: Mapping[str, int]) -> None:
-        """Recomputes the batch before ``state["step"]`` and compares its digest (a zero
+    def _verify(self, saved: IteratorState) -> None:
+        """Recomputes the batch before ``saved.step`` and compares its digest (a zero
         digest, which only a state before the first batch has, is refused first)."""
-        step, p, count = state["step"], state["process_index"], state["process_count"]
-        if state["digest"] == 0:  # get_state gives 0 only before the first batch
+        step, p, count = saved.step, saved.process_index, saved.process_count
+        if saved.digest == 0:  # get_state gives 0 only before the first batch
             raise ValueError(
                 f"resume verification failed: the state's digest is 0, which only a state "
                 f"before the first batch has, but its step is {step}: the state was edited or "
                 "damaged; restore the state the checkpoint saved"
             )
         logger.info("resume at step %d: recomputing batch %d to verify its digest", step, step - 1)
-        if batch_digest(self._batches.batch(step - 1, p, count)) == state["digest"]:
+        if batch_digest(self._batches.batch(step - 1, p, count)) == saved.digest:
             return
         # On failure only: is it another process's batch (of the state's process count, of
         # this run's, or the whole)? Process q of P holds the rows q::P of the global batch.
@@ -409,7 +367,7 @@ class PipelineIterator(grain.DatasetIterator):
         for other in sorted({count, self._batches.process_count, 1}):
             for q in range(other):
                 rows = {k: whole[k][q::other] for k in DIGEST_KEYS}
-                if (q, other) != (p, count) and batch_digest(rows) == state["digest"]:
+                if (q, other) != (p, count) and batch_digest(rows) == saved.digest:
                     raise _verification_failed(step, (q, other))
         raise _verification_failed(step, None)
 
@@ -633,7 +591,7 @@ def make_data_loader(
       >>> path = tempfile.mkdtemp() + "/c"
       >>> _ = gp.write_corpus(path, [np.arange(1, 50)] * 4)
       >>> cfg = gp.PipelineConfig(sources={"en": path}, block=8, global_batch_size=4)
-      >>> loader = gp.make_data_loader(cfg, process_index=1, process_count=2)
+      >>> loader = gp.pipeline.make_data_loader(cfg, process_index=1, process_count=2)
       >>> next(iter(loader))["targets"].shape
       (2, 8)
     """
