@@ -36,3 +36,13 @@ def test_slot_order_rejects_bad_sizes():
         gp.index.slot_order(4.0, 2)
     with pytest.raises(ValueError, match="not divisible"):
         process_slots(0, 1, 6, 0, 4)
+
+
+def test_first_slot_and_rows_per_process():
+    from grainpack.index.slots import first_slot, rows_per_process
+
+    assert first_slot(3, 8) == 24 and first_slot(2**40, 2**22) == 2**62  # Python ints: exact
+    assert type(first_slot(np.int64(3), np.int64(8))) is int
+    assert rows_per_process(12, 4) == 3
+    with pytest.raises(ValueError, match="global_batch_size=6 is not divisible by process_count"):
+        rows_per_process(6, 4)
