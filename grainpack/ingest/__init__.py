@@ -4,10 +4,11 @@ building from text (in processes or on Ray), merging, shuffling. Imports the ``t
 
 Exported: ``write_corpus`` and ``CorpusWriter`` (token documents -> a native corpus),
 ``shuffle_corpus``, ``merge_corpora`` (hard links, no copies), ``convert_corpus``,
-``convert_jsonl`` and ``convert_npy`` (other formats -> native), ``build_corpus`` (text ->
-tokens -> corpus, in worker processes) and ``build_corpus_ray`` (the same on a Ray
-cluster), ``Tokenizer`` and ``load_tokenizer`` (Hugging Face, SentencePiece, tiktoken or
-bytes).
+``convert_jsonl`` and ``convert_npy`` (other formats -> native), ``convert_inputs`` (files
+of token ids of any kind -> one corpus: ``grainpack build`` without a tokenizer),
+``build_corpus`` (text -> tokens -> corpus, in worker processes) and ``build_corpus_ray``
+(the same on a Ray cluster), ``Tokenizer`` and ``load_tokenizer`` (Hugging Face,
+SentencePiece, tiktoken or bytes).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ _EXPORTS = {
     "build_corpus": "grainpack.ingest.build",
     "build_corpus_ray": "grainpack.ingest.distributed",
     "convert_corpus": "grainpack.ingest.convert",
+    "convert_inputs": "grainpack.ingest.convert",
     "convert_jsonl": "grainpack.ingest.convert",
     "convert_npy": "grainpack.ingest.convert",
     "load_tokenizer": "grainpack.ingest.tokenizers",
@@ -33,6 +35,7 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from grainpack.ingest.build import build_corpus as build_corpus
     from grainpack.ingest.convert import convert_corpus as convert_corpus
+    from grainpack.ingest.convert import convert_inputs as convert_inputs
     from grainpack.ingest.convert import convert_jsonl as convert_jsonl
     from grainpack.ingest.convert import convert_npy as convert_npy
     from grainpack.ingest.distributed import build_corpus_ray as build_corpus_ray

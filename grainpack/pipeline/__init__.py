@@ -5,8 +5,9 @@ Only ``grainpack.pipeline.dataset`` and ``grainpack.pipeline.elements`` import G
 
 Exported: ``PipelineConfig``, ``make_dataset`` (-> a Grain dataset whose iterator is a
 ``PipelineIterator``; its state is the step), ``make_eval_dataset``, ``make_data_loader``
-(the same batches through ``grain.DataLoader``) and ``ConfigMismatchError`` (a restore
-into another pipeline). The accounting is exported by :mod:`grainpack.mixing`.
+(the same batches through ``grain.DataLoader``), ``ConfigMismatchError`` (a restore
+into another pipeline) and ``describe_step`` (what a step holds: ``grainpack show-step``).
+The accounting is exported by :mod:`grainpack.mixing`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ _EXPORTS = {
     "ConfigMismatchError": "grainpack.pipeline.dataset",
     "PipelineConfig": "grainpack.pipeline.config",
     "PipelineIterator": "grainpack.pipeline.dataset",
+    "describe_step": "grainpack.pipeline.show",
     "make_data_loader": "grainpack.pipeline.dataset",
     "make_dataset": "grainpack.pipeline.dataset",
     "make_eval_dataset": "grainpack.pipeline.dataset",
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from grainpack.pipeline.dataset import make_data_loader as make_data_loader
     from grainpack.pipeline.dataset import make_dataset as make_dataset
     from grainpack.pipeline.dataset import make_eval_dataset as make_eval_dataset
+    from grainpack.pipeline.show import describe_step as describe_step
 
 __all__ = sorted(_EXPORTS)
 
