@@ -50,10 +50,10 @@ __all__ = [
     "BLOCK_ORDER_STREAM",
     "WINDOWS_UNIT_STREAM",
     "WINDOW_DOCUMENTS_STREAM",
-    "BlockLayout",
     "BlockSelector",
     "BlockedOrder",
     "BlockedRows",
+    "DocumentOffsets",
     "feistel",
     "mix_key",
 ]
@@ -186,7 +186,7 @@ class BlockedOrder:
 
     def row_stream(
         self,
-        corpus: BlockLayout,
+        corpus: DocumentOffsets,
         *,
         unit: str,
         block: int,
@@ -231,12 +231,12 @@ class BlockedOrder:
         rows.name = name
         return rows
 
-    def index_bytes(self, corpus: BlockLayout, *, unit: str, block: int, selector: bool) -> int:
+    def index_bytes(self, corpus: DocumentOffsets, *, unit: str, block: int, selector: bool) -> int:
         """0: the blocked order's memory does not grow with the corpus beyond ``O(N / C)``."""
         return 0
 
 
-class BlockLayout(Protocol):
+class DocumentOffsets(Protocol):
     """What the blocked order reads of a corpus (``TokenShardSource`` is one): document
     offsets of contiguous runs and of single documents, which document holds a position."""
 
@@ -318,7 +318,7 @@ class BlockedRows(EpochRows):
     :class:`~grainpack.index.stream.SourceRows` (occurrence -> (epoch, row) -> spans).
 
     Args:
-      layout: the corpus (document offsets, read from its maps).
+      corpus: the source's document offsets (read from its maps).
       order: ``C`` and ``K``.
       unit: ``"documents"`` or ``"windows"``.
       block: model sequence length; rows hold ``block + 1`` tokens.
@@ -343,7 +343,7 @@ class BlockedRows(EpochRows):
 
     def __init__(
         self,
-        layout: BlockLayout,
+        corpus: DocumentOffsets,
         *,
         order: BlockedOrder,
         unit: str,
@@ -354,20 +354,20 @@ class BlockedRows(EpochRows):
         block_tokens: np.ndarray | None = None,
         plan_ahead: bool = True,
     ) -> None:
-        self.layout, self.order, self.unit = layout, order, unit
+        self.corpus, self.order, self.unit = corpus, order, unit
         self.block, self.seed, self.boundary, self.selector = block, seed, boundary, selector
         self.plan_ahead = plan_ahead
-        self.num_documents = n = len(layout)
+        self.num_documents = n = len(corpus)
         width = block + 1
         self.rows_per_epoch: int | None
         if unit == "windows":
-            self._num_windows = layout.num_tokens // width
+            self._num_windows = corpus.num_tokens // width
             self.rows_per_epoch = self._num_windows
         else:
             c, k = order.block_docs, order.window_blocks
             self.num_blocks = m = -(-n // c)
             self.num_windows = -(-m // k)
-            self.unselected_tokens = layout.num_tokens + (n - 1 if boundary and n else 0)
+            self.unselected_tokens = corpus.num_tokens + (n - 1 if boundary and n else 0)
             if selector is not None:
                 if getattr(selector, "block_docs", None) != c:
                     raise ValueError(
@@ -549,13 +549,13 @@ class BlockedRows(EpochRows):
         firsts = blocks * c
         stops = np.minimum(firsts + c, n)
         counts = stops - firsts
-        read_ahead = getattr(self.layout, "read_ahead", None)  # a layout may fetch runs early
+        read_ahead = getattr(self.corpus, "read_ahead", None)  # a corpus may fetch runs early
         if read_ahead is not None:
             read_ahead(list(zip(firsts.tolist(), stops.tolist())))
         documents = np.repeat(firsts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
         lengths = np.concatenate(
             [
-                np.diff(self.layout.offsets_between(a, b))
+                np.diff(self.corpus.offsets_between(a, b))
                 for a, b in zip(firsts.tolist(), stops.tolist())
             ]
             or [np.zeros(0, np.int64)]
@@ -639,12 +639,12 @@ class BlockedRows(EpochRows):
         windows = feistel(rows, self._num_windows, self._key(epoch, WINDOWS_UNIT_STREAM))
         a = windows * width
         b = a + width
-        first = self.layout.documents_at(a)
-        counts = self.layout.documents_at(b - 1) - first + 1
+        first = self.corpus.documents_at(a)
+        counts = self.corpus.documents_at(b - 1) - first + 1
         span_row = np.repeat(np.arange(len(rows)), counts)
         i = np.arange(len(span_row)) + np.repeat(first - np.cumsum(counts) + counts, counts)
-        starts = self.layout.document_offsets(i)
-        ends = self.layout.document_offsets(i + 1)
+        starts = self.corpus.document_offsets(i)
+        ends = self.corpus.document_offsets(i + 1)
         if (ends < starts).any():  # the documents between a row's ends were not searched
             d = int(i[np.argmax(ends < starts)])
             raise ValueError(
@@ -703,6 +703,6 @@ def _merge(pieces: list[Spans], filled: np.ndarray) -> Spans:
             else np.zeros(0, dtype=bool if f == "boundary" else np.int64)
             for f in fields
         }
-        order = np.argsort(merged["row"], kind="stable")  # windows are in stream order
-        merged = {f: v[order] for f, v in merged.items()}
+        by_row = np.argsort(merged["row"], kind="stable")  # windows are in stream order
+        merged = {f: v[by_row] for f, v in merged.items()}
     return Spans(**merged, filled=filled)

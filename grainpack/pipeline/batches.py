@@ -33,8 +33,8 @@ from grainpack.curriculum.protocols import (
     online_revision,
 )
 from grainpack.index.checks import check_int
-from grainpack.index.layout import PackedRows, Part, pack_rows
 from grainpack.index.mixing import SlotMixer
+from grainpack.index.packed import PackedRows, Part, pack_rows
 from grainpack.index.schedule import mean_probabilities
 from grainpack.index.slots import first_slot, process_slots, rows_per_process
 from grainpack.index.stream import MIN_EPOCH_COST, EpochRows
@@ -460,7 +460,7 @@ class PipelineBatches:
     def packed_steps(
         self, step: int, process_index: int, process_count: int | None = None, *, steps: int = 1
     ) -> PackedRows:
-        """The row layout and read table (:func:`~grainpack.index.layout.pack_rows`; index math, no
+        """The row layout and read table (:func:`~grainpack.index.packed.pack_rows`; index math, no
         tokens) of steps ``[step, step + steps)`` of one process, rows in step order: one
         mixer draw and one span lookup per (source, epoch) for all of them."""
         self.check_step(step, steps)
@@ -494,12 +494,12 @@ class PipelineBatches:
         rows: np.ndarray,
     ) -> PackedRows:
         parts = []
-        order = np.lexsort((epochs, sources))  # by (source, epoch), then slot
-        sources, epochs = sources[order], epochs[order]
+        by_source = np.lexsort((epochs, sources))  # by (source, epoch), then slot
+        sources, epochs = sources[by_source], epochs[by_source]
         new = (np.diff(sources, prepend=-1) != 0) | (np.diff(epochs, prepend=-1) != 0)
         heads = np.flatnonzero(new)
-        for lo, hi in zip(heads.tolist(), [*heads[1:].tolist(), len(order)]):
-            sel, j, e = order[lo:hi], int(sources[lo]), int(epochs[lo])
+        for lo, hi in zip(heads.tolist(), [*heads[1:].tolist(), len(by_source)]):
+            sel, j, e = by_source[lo:hi], int(sources[lo]), int(epochs[lo])
             spans = self.rows(j).spans(e, rows[sel])
             parts.append(Part(j, e, self.sources[j], spans, destination[sel]))
         cfg = self.config

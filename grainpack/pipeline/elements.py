@@ -1,6 +1,6 @@
 """Grain elements of the pipeline: plans of many steps, and their expansion into batches.
 
-One Grain element (:class:`PlannedSteps`) is the :class:`~grainpack.index.layout.PackedRows`
+One Grain element (:class:`PlannedSteps`) is the :class:`~grainpack.index.packed.PackedRows`
 of ``steps_per_element`` consecutive per-process batches: row layouts and read tables, index
 math, no tokens. :class:`ExpandedBatches` is the consumer: it reads the tokens from its own
 memory maps and expands them into model arrays, a group of batches at a time. Worker
@@ -18,7 +18,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from grainpack.index.layout import PackedRows
+from grainpack.index.packed import PackedRows
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.expand import compact_rows, describe_rows, expand_rows
 from grainpack.pipeline.gather import RowReader

@@ -1,4 +1,4 @@
-"""Expansion: a :class:`~grainpack.index.layout.PackedRows` and its tokens -> model arrays.
+"""Expansion: a :class:`~grainpack.index.packed.PackedRows` and its tokens -> model arrays.
 
 A batch of ``n`` rows of ``block + 1`` tokens becomes::
 
@@ -36,7 +36,7 @@ import functools
 
 import numpy as np
 
-from grainpack.index.layout import PackedRows, segment_bits
+from grainpack.index.packed import PackedRows, segment_bits
 from grainpack.pipeline import fast
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Gathering tokens: the read table of a :class:`~grainpack.index.layout.PackedRows` ->
+"""Gathering tokens: the read table of a :class:`~grainpack.index.packed.PackedRows` ->
 ``(rows, block + 1)`` tokens, with one call per read.
 
 With numba installed (the ``fast`` extra), :func:`grainpack.pipeline.compiled.gather` copies
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from grainpack.corpus.errors import CorpusError
-from grainpack.index.layout import PackedRows
+from grainpack.index.packed import PackedRows
 from grainpack.pipeline import fast
 
 __all__ = ["RowReader", "TokenStream", "token_dtype"]

@@ -173,7 +173,7 @@ def test_windows_unit_visits_every_window_once_per_epoch():
 
 def test_windows_unit_refuses_offsets_that_decrease_inside_a_window():
     rows = blocked_rows([7, 0, 10, 3, 11], 2, 2, unit="windows", block=3)
-    rows.layout.offsets = np.array([0, 7, 7, 5, 20, 31])  # document 3 starts at 5, not 17
+    rows.corpus.offsets = np.array([0, 7, 7, 5, 20, 31])  # document 3 starts at 5, not 17
     with pytest.raises(ValueError, match="offsets decrease from document 2 to 3"):
         rows.spans(0, np.arange(7))  # the window [4, 8) runs through documents 0-3
 

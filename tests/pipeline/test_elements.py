@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import grainpack as gp
-from grainpack.index.layout import PackedRows, Provenance
+from grainpack.index.packed import PackedRows, Provenance
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.elements import ExpandedBatches, group_rows
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.index.layout import Part, pack_rows
+from grainpack.index.packed import Part, pack_rows
 from grainpack.index.stream import row_spans, stream_plan
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.expand import compact_rows, describe_rows, expand_compact, expand_rows

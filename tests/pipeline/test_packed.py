@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import grainpack as gp
-from grainpack.index.layout import Part, pack_rows, segment_bits
+from grainpack.index.packed import Part, pack_rows, segment_bits
 from grainpack.index.stream import row_spans, stream_plan
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.expand import expand_rows

@@ -1,6 +1,6 @@
 # Over 400 lines, one module: the packed-rows record, its layout and its read table are one
 # structure, built in one vectorized pass.
-"""Row layout: spans of a batch's rows -> the layout and *read table* (index math, no tokens).
+"""Packed rows: spans of a batch's rows -> their pieces and *read table* (index math, no tokens).
 
 :func:`pack_rows` turns the spans of every (source, epoch) in a batch into a
 :class:`PackedRows` record: where each segment of the ``(rows, block)`` inputs starts, and the
