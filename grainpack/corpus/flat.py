@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from grainpack.corpus.errors import CorpusError, os_error
-from grainpack.corpus.native import MANIFEST_NAME, is_plain_name, load_json
+from grainpack.corpus.native import MANIFEST_NAME, check_inside, is_plain_name, load_json
 from grainpack.corpus.shards import FileIdentity, ShardRecord, SplitAfter, WholeShard
 from grainpack.corpus.source import TokenShardSource
 from grainpack.index.checks import is_int
@@ -24,7 +24,9 @@ def open_flat_layout(path: Path, *, eos_id: int | None = None) -> TokenShardSour
 
     Shards are read in sorted name order and empty ones skipped, as the window loader does. Each
     shard is one document, or, with ``eos_id``, split after every ``eos_id``. Shard names must
-    be plain file names inside ``path``, each listed once.
+    be plain file names inside ``path``, each listed once; ``index.json`` and the shards may
+    be symbolic links within ``path``, never out of it
+    (:func:`~grainpack.corpus.native.check_inside`).
     """
     file = path / "index.json"
 
@@ -35,6 +37,7 @@ def open_flat_layout(path: Path, *, eos_id: int | None = None) -> TokenShardSour
             raise CorpusError(f"{file}: shards listed twice: {twice}; list each shard once")
         return dict(pairs)
 
+    check_inside(path, file)
     index, raw = load_json(file, _FIX, object_pairs_hook=no_duplicates)
     if not isinstance(index, dict) or not all(is_int(n) and n >= 0 for n in index.values()):
         raise CorpusError(f"{file}: {_FIX}")
@@ -56,6 +59,7 @@ def open_flat_layout(path: Path, *, eos_id: int | None = None) -> TokenShardSour
         if count == 0:
             continue
         shard = path / name
+        check_inside(path, shard)
         try:
             stat = os.stat(shard)
         except FileNotFoundError:

@@ -32,6 +32,8 @@ on how the stream is cut into shards, so neither does the fingerprint of a corpu
 
 Read back with ``np.memmap(dir / "tokens-00000.bin", dtype="<u2", mode="r")``. Documents never
 span shards; empty documents are stored (a repeated offset) so document ids match the input.
+Every file is read inside the directory: a symbolic link among them may point within it, never
+out of it (:func:`check_inside`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from grainpack.index.checks import is_int
 
 __all__ = [
     "MANIFEST_NAME",
+    "check_inside",
     "content_digest",
     "is_plain_name",
     "load_json",
@@ -129,6 +132,36 @@ def is_plain_name(name: Any) -> bool:
     )
 
 
+def check_inside(folder: PathLike, file: PathLike) -> None:
+    """Raises :class:`CorpusError` if ``file``, a file of the corpus in ``folder``, is a
+    symbolic link that resolves outside ``folder`` (``folder``'s own links resolved first).
+
+    Corpus files are opened only inside their folder: a manifest or index lists plain names,
+    and a link is the same escape as a ``..``. A link within the folder is followed. A link
+    out of it to something that is not a regular file is left to the checks that refuse
+    such files (FIFOs, devices, folders); a dangling one reads as missing.
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> (folder / "tokens-00000.bin").symlink_to(__file__)
+        >>> check_inside(folder, folder / "tokens-00000.bin")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        grainpack.corpus.errors.CorpusError: .../tokens-00000.bin: a symbolic link to .../native.py, outside the corpus folder ...
+    """  # noqa: E501
+    if not os.path.islink(file):
+        return
+    root, real = os.path.realpath(folder), os.path.realpath(file)
+    if real.startswith(root.rstrip(os.sep) + os.sep) or not os.path.isfile(real):
+        return
+    raise CorpusError(
+        f"{file}: a symbolic link to {real}, outside the corpus folder {root}; a corpus "
+        "opens only files inside its folder: replace the link by the file itself (cp "
+        "--remove-destination TARGET LINK) or by a link to a file inside the folder"
+    )
+
+
 def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any]:
     """Loads and schema-checks ``path/manifest.json`` (read through ``dir_fd``, the open
     directory, if given).
@@ -153,6 +186,7 @@ def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any
       (2, 3, 'uint16', 4)
     """
     file = Path(path) / MANIFEST_NAME
+    check_inside(path, file)
     try:
         m, _ = load_json(file, "rebuild the corpus", dir_fd=dir_fd)
     except CorpusNotFoundError:
@@ -305,6 +339,7 @@ def not_a_corpus(path: Path) -> str:
 def _check_size(
     file: Path, dir_fd: int, expected: int, what: str, tokens: int | None = None
 ) -> os.stat_result:
+    check_inside(file.parent, file)
     try:
         stat = os.stat(file.name, dir_fd=dir_fd)
     except FileNotFoundError as err:

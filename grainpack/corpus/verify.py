@@ -18,7 +18,7 @@ import tqdm
 
 from grainpack.corpus.errors import CorpusError, os_error
 from grainpack.corpus.formats import open_corpus
-from grainpack.corpus.native import MANIFEST_NAME, content_digest, read_manifest
+from grainpack.corpus.native import MANIFEST_NAME, check_inside, content_digest, read_manifest
 from grainpack.corpus.shards import check_offsets
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import shard_totals
@@ -106,6 +106,7 @@ def _mismatch(file: Path, what: str) -> CorpusError:
 
 def _checked_bytes(file: Path, sha256: str) -> bytes:
     """The bytes of ``file``, after checking them against the manifest's ``sha256``."""
+    check_inside(file.parent, file)  # as when it was opened: no link out of the folder
     try:
         data = file.read_bytes()
     except OSError as err:
@@ -141,6 +142,7 @@ def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> tuple
         documents += len(local) - 1
         offsets_hash.update((local[1:] + position).astype("<i8").tobytes())
         digest, bad_id = hashlib.sha256(), None
+        check_inside(path, tokens_file)
         try:
             with open(tokens_file, "rb") as f:
                 while chunk := f.read(chunk_tokens * dtype.itemsize):

@@ -7,6 +7,7 @@ import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from grainpack.corpus.errors import CorpusError, os_error
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import FORMAT_VERSION, MANIFEST_NAME, read_manifest
-from grainpack.corpus.shards import check_offsets
+from grainpack.corpus.shards import FileIdentity, check_offsets
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, shard_totals
 from grainpack.ingest.transaction import Transaction
@@ -32,14 +33,18 @@ def merge_corpora(
     Document order is the order of ``parts``, then of their documents. Every shard file is
     *hard-linked* into ``out`` under its new name (``tokens-00000.bin``, ...), so ``out`` must
     be on the parts' filesystem; the parts stay valid corpora (they share the files: do not
-    modify them in place). The merged corpus is assembled next to ``out`` and published by one
-    atomic rename, as :class:`~grainpack.ingest.writer.CorpusWriter` does: until then ``out``
-    is unchanged. The manifest copies the parts' shard checksums and records the largest
-    token id; it has no ``content_sha256`` (that needs every token read again), so its
-    fingerprint covers the shard checksums. The block totals of every shard are computed
-    from its offsets (8 bytes a document; no token is read) and stored as in a written
-    corpus (format version 2), so the blocked order never scans a merged corpus. The parts
-    must agree on ``dtype``, ``vocab_size``, ``eos_id`` and ``tokenizer``.
+    modify them in place). Only the regular files each part was opened with are linked: a
+    shard that is a symbolic link within its part's folder links the file behind it, one
+    out of the folder is refused (as :func:`~grainpack.corpus.open_corpus` refuses it), and
+    a file replaced after the part was opened is refused too. The merged corpus is
+    assembled next to ``out`` and published by one atomic rename, as
+    :class:`~grainpack.ingest.writer.CorpusWriter` does: until then ``out`` is unchanged.
+    The manifest copies the parts' shard checksums and records the largest token id; it has
+    no ``content_sha256`` (that needs every token read again), so its fingerprint covers the
+    shard checksums. The block totals of every shard are computed from its offsets (8 bytes
+    a document; no token is read) and stored as in a written corpus (format version 2), so
+    the blocked order never scans a merged corpus. The parts must agree on ``dtype``,
+    ``vocab_size``, ``eos_id`` and ``tokenizer``.
 
     Args:
         parts: Native corpus directories, in the order their documents are concatenated.
@@ -51,7 +56,8 @@ def merge_corpora(
 
     Raises:
         CorpusError: A part is not a complete native corpus, its offsets are corrupt, or the
-          parts disagree; a shard cannot be hard-linked (permissions, a full disk).
+          parts disagree; a shard is a link out of its part's folder, changed after the part
+          was opened, or cannot be hard-linked (permissions, a full disk).
         CorpusExistsError: ``out`` holds a corpus and ``overwrite`` is false.
         ValueError: ``out`` is on another file system than the parts (no hard links).
 
@@ -99,8 +105,12 @@ def merge_corpora(
                     "tokens_file": f"tokens-{n:05d}.bin",
                     "offsets_file": f"offsets-{n:05d}.bin",
                 }
+                opened = {
+                    "tokens_file": record.identity,
+                    "offsets_file": record.documents.identity,
+                }
                 for key, name in names.items():
-                    _link(path / s[key], transaction.staging / name, out)
+                    _link(path / s[key], transaction.staging / name, out, opened[key])
                 # Block totals are per corpus-wide blocks of documents: the parts' do not
                 # line up in the merged corpus, so they are recomputed from the offsets.
                 # The offsets file the part was opened with (a map; its identity checked).
@@ -136,20 +146,31 @@ def merge_corpora(
     return open_corpus(out)
 
 
-def _link(file: Path, link: Path, out: Path) -> None:
-    """Hard-links the file ``file`` names (a symbolic link is followed: ``os.link`` would link
-    the link itself, whose relative target may not resolve from ``out``) as ``link``; a
-    symbolic link to another file system stays one, to the same file."""
+def _link(file: Path, link: Path, out: Path, identity: FileIdentity | None) -> None:
+    """Hard-links the regular file the part was opened with (``identity``; ``file`` is its
+    name in the part, a symbolic link within the part's folder resolved: ``os.link`` would
+    link the link itself, whose relative target may not resolve from ``out``) as ``link``.
+    Whatever else ``file`` names by now is unlinked again and refused: merge never links a
+    file it did not open inside a part."""
     real = os.path.realpath(file)
     try:
         os.link(real, link)
     except OSError as err:
-        if err.errno == errno.EXDEV and real != os.path.abspath(file):
-            os.symlink(real, link)
-            return
         if err.errno == errno.EXDEV:
             raise ValueError(
                 f"cannot hard-link {file} into {out} ({err.strerror}); merge never copies "
                 "tokens: put the output on the parts' file system"
             ) from err
         raise os_error(err, f"merging into {out} (nothing was published): hard-linking") from err
+    linked = os.lstat(link)
+    if identity is None or not S_ISREG(linked.st_mode):
+        os.unlink(link)
+        raise CorpusError(
+            f"{file}: not a regular file of the part opened for the merge; merge links only "
+            "the shard files of native corpora it opened: rebuild the part"
+        )
+    try:
+        identity.check(str(file), linked)  # the same file, unchanged since the open
+    except CorpusError:
+        os.unlink(link)
+        raise

@@ -249,11 +249,11 @@ def test_merge_refuses_mismatched_parts_and_existing_output(tmp_path):
 
 def test_merge_follows_symlinked_shards_and_names_why_a_link_failed(tmp_path, monkeypatch):
     # os.link links a symbolic link itself: a relative one dangled at the output's depth,
-    # and the broken corpus replaced a good one before it was opened.
-    store = gp.write_corpus(tmp_path / "store", [[1, 2], [3]])
-    (tmp_path / "part").mkdir()
-    for name in os.listdir(tmp_path / "store"):
-        (tmp_path / "part" / name).symlink_to(Path("..", "store", name))
+    # and the broken corpus replaced a good one before it was opened. (Links stay within
+    # the part's folder: one out of it is refused, tests/corpus/test_links.py.)
+    store = gp.write_corpus(tmp_path / "part" / "store", [[1, 2], [3]])
+    for name in os.listdir(tmp_path / "part" / "store"):
+        (tmp_path / "part" / name).symlink_to(Path("store", name))
     gp.write_corpus(tmp_path / "deep" / "out", [[9]])
     merged = merge_corpora([tmp_path / "part"], tmp_path / "deep" / "out", overwrite=True)
     assert [d.tolist() for d in merged] == [[1, 2], [3]]
@@ -279,18 +279,18 @@ def test_merge_follows_symlinked_shards_and_names_why_a_link_failed(tmp_path, mo
         assert [d.tolist() for d in gp.open_corpus(tmp_path / "deep" / "out")] == [[1, 2], [3]]
     assert sorted(os.listdir(tmp_path / "deep")) == ["out"]  # nothing left
     # a shard truncated after its part was opened: the merged corpus is refused unpublished
-    monkeypatch.setattr(merge, "_link", lambda file, link, out: link.write_bytes(b""))
+    monkeypatch.setattr(merge, "_link", lambda file, link, out, _: link.write_bytes(b""))
     with pytest.raises(gp.CorpusError, match=r"tokens-00000\.bin: has 0 bytes, expected 6"):
         merge_corpora([tmp_path / "part"], tmp_path / "deep" / "out", overwrite=True)
     monkeypatch.undo()
     assert [d.tolist() for d in gp.open_corpus(tmp_path / "deep" / "out")] == [[1, 2], [3]]
-    # a symbolic link to another file system stays a link (to the file itself)
+    # another file system: refused (merge neither copies tokens nor links out of a corpus)
     monkeypatch.setattr(os, "link", lambda src, dst, e=errno.EXDEV: link(src, dst, errno_=e))
-    merged = merge_corpora([tmp_path / "part"], tmp_path / "other")
-    assert [d.tolist() for d in merged] == [[1, 2], [3]]
-    assert os.readlink(tmp_path / "other" / "tokens-00000.bin") == str(store.shards[0].tokens_path)
+    with pytest.raises(ValueError, match="put the output on the parts' file system"):
+        merge_corpora([tmp_path / "part"], tmp_path / "other")
+    assert not (tmp_path / "other").exists()
     with pytest.raises(ValueError, match=r"store/tokens-00000.bin into .* parts' file system"):
-        merge_corpora([tmp_path / "store"], tmp_path / "third")  # a file: never copied
+        merge_corpora([tmp_path / "part" / "store"], tmp_path / "third")  # never copied
 
 
 FILE_SIZE_LIMIT = """
