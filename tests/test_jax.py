@@ -286,14 +286,13 @@ def test_expand_and_make_global_batch_refuse_what_is_not_a_batch():
 def test_expand_on_the_cpu_devices_of_one_process(tmp_path):
     compact, full = compact_and_full(tmp_path)
     config = tmp_path / "config.json"
-    fields = {f.name: getattr(compact, f.name) for f in dataclasses.fields(compact)}
-    config.write_text(json.dumps(fields))
+    config.write_text(json.dumps(compact.to_dict()))
     script = textwrap.dedent(
         f"""
         import json, jax, numpy as np
         import grainpack as gp
 
-        config = gp.PipelineConfig(**json.load(open({str(config)!r})))
+        config = gp.PipelineConfig.from_dict(json.load(open({str(config)!r})))
         mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
         it = iter(gp.make_dataset(config, process_index=0, process_count=1))
         out = [gp.expand(gp.make_global_batch(next(it), mesh)) for _ in range(5)]
