@@ -23,6 +23,11 @@ from grainpack.index.weights import content_probabilities
 Unit = Literal["documents", "windows"]
 Layout = Literal["full", "compact"]
 
+# Every process plans each row of a global batch (int64 arrays of global_batch_size a step):
+# 2^24 rows (128 MiB an array) is far past any real batch; 2**62 failed in next() with
+# numpy's "array is too big", 2**40 with a MemoryError.
+MAX_GLOBAL_BATCH_SIZE = 1 << 24
+
 
 # names other loaders use for PipelineConfig's fields
 _ALIASES = {
@@ -152,6 +157,13 @@ class PipelineConfig:
         # numpy integers are accepted and stored as ints (the fingerprint is JSON of them)
         for name, minimum in (("block", 1), ("global_batch_size", 1)):
             object.__setattr__(self, name, check_int(name, getattr(self, name), minimum))
+        if self.global_batch_size > MAX_GLOBAL_BATCH_SIZE:
+            raise ValueError(
+                f"global_batch_size must be at most 2**24 = {MAX_GLOBAL_BATCH_SIZE:,} rows "
+                "(every process plans each row of a global batch, 8 bytes and more a row), "
+                f"got global_batch_size={self.global_batch_size:,}; it counts rows (sequences "
+                "of block + 1 tokens) of all processes together, not tokens"
+            )
         object.__setattr__(self, "seed", check_seed("seed", self.seed))
         for token in ("pad_id", "boundary_id"):
             value = getattr(self, token)
