@@ -44,6 +44,7 @@ __version__ = "0.1.0"
 # `dir()` derive from this table; tests/test_layers.py checks the imports below against it.
 _FRONT_DOOR = {
     "BlockedOrder": "grainpack.index",
+    "ExactOrder": "grainpack.index",
     "CheckpointRestore": "grainpack.orbax",
     "CheckpointSave": "grainpack.orbax",
     "ConfigMismatchError": "grainpack.pipeline",
@@ -145,6 +146,7 @@ if TYPE_CHECKING:
     from grainpack.corpus import open_corpus as open_corpus
     from grainpack.corpus import verify_corpus as verify_corpus
     from grainpack.index import BlockedOrder as BlockedOrder
+    from grainpack.index import ExactOrder as ExactOrder
     from grainpack.ingest import build_corpus as build_corpus
     from grainpack.ingest import write_corpus as write_corpus
     from grainpack.jax import expand as expand

@@ -1,10 +1,11 @@
-"""Pure index math: hashing, orders, mixture schedules, mixing, row streams, row layout, slots.
+"""Pure index math: hashing, orders, mixture schedules, mixing, row streams, packed rows, slots.
 
 Every function here maps integers and document lengths to integers; tokens never flow
 through this layer. It imports numpy and the standard library only (a test enforces it).
 
-Exported: ``BlockedOrder`` (the document order that scales: blocks of stored documents,
-shuffled within windows), ``slot_order`` (global-array rows -> slot order) and
+Exported: the two document orders, ``ExactOrder`` (the specifications' permutation of
+all documents, the default) and ``BlockedOrder`` (the order that scales: blocks of stored
+documents, shuffled within windows), ``slot_order`` (global-array rows -> slot order) and
 ``window_permutation`` (the window loader's order of an epoch). The specifications' orders
 and hash are exported by :mod:`grainpack.reference`, the mixture stages by
 :mod:`grainpack.mixing`.
@@ -18,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 # name -> its module, loaded on first use (tests/test_layers.py checks the imports below).
 _EXPORTS = {
     "BlockedOrder": "grainpack.index.blocked",
+    "ExactOrder": "grainpack.index.exact",
     "slot_order": "grainpack.index.slots",
     "window_permutation": "grainpack.index.orders",
 }
 
 if TYPE_CHECKING:
     from grainpack.index.blocked import BlockedOrder as BlockedOrder
+    from grainpack.index.exact import ExactOrder as ExactOrder
     from grainpack.index.orders import window_permutation as window_permutation
     from grainpack.index.slots import slot_order as slot_order
 
