@@ -259,7 +259,9 @@ def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any
             if not (isinstance(s.get(key), str) and _HEX64.fullmatch(s[key])):
                 problems.append(f"shards[{i}].{key}={s.get(key)!r} (expected 64 hex digits)")
     for key, total in totals.items():
-        if m.get(key) != total:
+        if not is_int(m.get(key)):  # 1180.0 == 1180: a float count would pass the sum
+            problems.append(f"{key}={m.get(key)!r} (expected an int: the shards sum to {total})")
+        elif m[key] != total:
             problems.append(f"{key}={m.get(key)!r} (the shards sum to {total})")
     if problems:
         raise CorpusError(f"{file}: invalid manifest: " + "; ".join(problems) + "; rebuild it")

@@ -22,11 +22,15 @@ from grainpack.corpus.native import MANIFEST_NAME, check_inside, content_digest,
 from grainpack.corpus.shards import check_offsets
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import shard_totals
+from grainpack.index.checks import is_int
 
 __all__ = ["CorpusError", "VerifyReport", "describe_corpus", "verify_corpus"]
 
 # Tokens per scan step: 16M tokens = 32-64 MB of memory whatever the corpus size.
 CHUNK_TOKENS = 1 << 24
+# The most a caller may ask for: 2^30 tokens = 2-4 GiB read at once (and as much again for
+# the comparisons with vocab_size); more is a typo (10**18 raised a MemoryError).
+MAX_CHUNK_TOKENS = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +186,14 @@ def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> tuple
     return high, checks
 
 
+def _check_chunk_tokens(chunk_tokens: Any) -> None:
+    if not is_int(chunk_tokens) or not 1 <= chunk_tokens <= MAX_CHUNK_TOKENS:
+        raise ValueError(
+            "chunk_tokens must be a positive int up to 2**30 (tokens read per scan step: "
+            f"memory grows with it), got {chunk_tokens=}; omit it for the default {CHUNK_TOKENS}"
+        )
+
+
 def _scan_source(
     source: TokenShardSource, bar: tqdm.tqdm, chunk_tokens: int, where: str | None
 ) -> int | None:
@@ -219,7 +231,7 @@ def verify_corpus(
         path: Anything :func:`~grainpack.corpus.open_corpus` accepts.
         eos_id: Passed to ``open_corpus`` (flat-shard layout: split documents at eos).
         progress: Show a tqdm progress bar over tokens.
-        chunk_tokens: Tokens per scan step.
+        chunk_tokens: Tokens per scan step, 1 to ``MAX_CHUNK_TOKENS`` (2^30).
 
     Raises:
         CorpusError: (a ``ValueError``) naming the file and the first problem.
@@ -233,8 +245,7 @@ def verify_corpus(
         >>> report.num_documents, report.num_tokens, report.max_token_id
         (2, 3, 3)
     """
-    if not isinstance(chunk_tokens, int) or chunk_tokens < 1:
-        raise ValueError(f"chunk_tokens must be a positive int, got {chunk_tokens=}")
+    _check_chunk_tokens(chunk_tokens)
     p = Path(path)
     source = open_corpus(p, eos_id=eos_id)  # structure, manifest schema, file sizes
     kind = _kind(p)
@@ -289,7 +300,7 @@ def describe_corpus(
     Args:
         source: An opened corpus or a path for :func:`~grainpack.corpus.open_corpus`.
         progress: Show a progress bar (tqdm) over the token scan.
-        chunk_tokens: Tokens read at a time by the scan for ``max_token_id``.
+        chunk_tokens: Tokens read at a time by the scan for ``max_token_id`` (1 to 2^30).
 
     Returns:
         A dict with the keys ``documents``, ``tokens``, ``dtype``, ``vocab_size``,
@@ -308,6 +319,7 @@ def describe_corpus(
         >>> stats["length"]
         {'p0': 0.0, 'p50': 1.0, 'p90': 1.8, 'p99': 1.98, 'p100': 2.0, 'mean': 1.0}
     """
+    _check_chunk_tokens(chunk_tokens)
     if isinstance(source, str | os.PathLike):
         source = open_corpus(source)
     lengths = source.lengths

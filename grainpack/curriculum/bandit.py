@@ -63,6 +63,50 @@ def learn_preferences(
     return prefs
 
 
+def check_saved_preferences(values: Sequence[float]) -> None:
+    """Raises ``ValueError`` unless ``values`` (finite, checked before) are preferences as a
+    bandit stores them: shifted so that the largest is exactly 0. Preferences further
+    apart than a float can hold (1e308 and -1e308) would overflow the next update, which
+    would then blame the rewards.
+
+    Example:
+        >>> check_saved_preferences([0.0, -3.5])
+        >>> check_saved_preferences([1e308, -1e308])
+        Traceback (most recent call last):
+        ...
+        ValueError: state preferences=[1e+308, -1e+308] are not a saved bandit's: the largest must be exactly 0 (a bandit stores them shifted so), got 1e+308; restore an undamaged state
+    """  # noqa: E501
+    if max(values) != 0.0:
+        raise ValueError(
+            f"state preferences={list(values)} are not a saved bandit's: the largest must be "
+            f"exactly 0 (a bandit stores them shifted so), got {max(values)}; restore an "
+            "undamaged state"
+        )
+
+
+def check_explored(
+    field: str, rows: Sequence[Sequence[float]], first: int, least: float, *, per: str
+) -> None:
+    """Raises ``ValueError`` naming ``field[k][i]`` if a decided row (``k >= first``) gives
+    a ``per`` (source, bucket) less than ``least``, which exploration guarantees each.
+
+    Example:
+        >>> check_explored("weights", [(0.5, 0.5), (1.0, 0.0)], 1, 0.05, per="source")
+        Traceback (most recent call last):
+        ...
+        ValueError: state weights[1][1]=0.0: every decided row keeps each source at least exploration / sources = 0.05; the state is damaged or was saved by a bandit with another exploration: restore an undamaged state, or build the bandit with the saved configuration
+    """  # noqa: E501
+    for k, row in enumerate(rows[first:], first):
+        for i, value in enumerate(row):
+            if not value >= least:
+                raise ValueError(
+                    f"state {field}[{k}][{i}]={value!r}: every decided row keeps each {per} "
+                    f"at least exploration / {per}s = {least!r}; the state is damaged or was "
+                    "saved by a bandit with another exploration: restore an undamaged state, "
+                    "or build the bandit with the saved configuration"
+                )
+
+
 class LengthBandit:
     """Keep rates per length bucket learned from rewards (a :class:`RateSchedule`).
 
@@ -219,9 +263,13 @@ class LengthBandit:
                 "the bandit with the saved configuration"
             )
         prefs = check_floats("preferences", state["preferences"], self._num_buckets)
+        check_saved_preferences(prefs)
         rows = state["rates"]
         if not isinstance(rows, Sequence) or len(rows) < self._delay:
             raise ValueError(f"state rates must hold >= {self._delay} epochs; got {rows!r}")
         history = [check_rates("rates", check_floats("rates", r, self._num_buckets)) for r in rows]
+        # rate = p / max(p) >= p >= exploration / num_buckets
+        least = self._exploration / self._num_buckets
+        check_explored("rates", history, self._delay, least, per="bucket")
         self._preferences, self._history = list(prefs), history
         self.revision += 1

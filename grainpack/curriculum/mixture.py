@@ -18,7 +18,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grainpack.curriculum.bandit import exponential_policy, learn_preferences
+from grainpack.curriculum.bandit import (
+    check_explored,
+    check_saved_preferences,
+    exponential_policy,
+    learn_preferences,
+)
 from grainpack.curriculum.online import UndecidedEpochError
 from grainpack.index.checks import check_float, check_floats, check_int
 from grainpack.index.schedule import Segment
@@ -264,6 +269,7 @@ class MixtureBandit:
             )
         n = self.num_sources
         prefs = check_floats("preferences", state["preferences"], n, per="source")
+        check_saved_preferences(prefs)
         rows = state["weights"]
         if isinstance(rows, str) or not isinstance(rows, Sequence) or len(rows) < self._delay:
             raise ValueError(f"state weights must hold >= {self._delay} stages; got {rows!r}")
@@ -273,5 +279,12 @@ class MixtureBandit:
                     f"state weights must be a list of {n} weights per stage; got {row!r}"
                 )
         history = [normalize_probabilities(row, n) for row in rows]
+        check_explored("weights", history, self._delay, self._exploration / n, per="source")
+        if min(min(row) for row in history[: self._delay]) <= 0.0:  # the initial weights
+            raise ValueError(
+                f"state weights[:{self._delay}]={history[: self._delay]}: the initial weights "
+                "must all be > 0 (as MixtureBandit(initial=...) requires); restore an "
+                "undamaged state"
+            )
         self._preferences, self._history = list(prefs), history
         self.revision += 1

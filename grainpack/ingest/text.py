@@ -37,6 +37,7 @@ from grainpack.index.options import OptionError
 
 __all__ = [
     "InputFile",
+    "InputNotFoundError",
     "TextSlice",
     "find_inputs",
     "plan_parts",
@@ -58,6 +59,11 @@ FORMATS = {
 }
 _READ_BYTES = 1 << 20
 _PARQUET_ROWS = 1024
+
+
+class InputNotFoundError(FileNotFoundError, ValueError):
+    """An input path or pattern names no file (a ``FileNotFoundError`` and a ``ValueError``,
+    as every bad input is; the message names the path or pattern and the fix)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +113,7 @@ def _expand(item: str) -> list[Path]:
                 _check_listable(prefix)
         found = sorted(Path(p) for p in glob.glob(item, recursive=True))
         if not found:
-            raise FileNotFoundError(f"{item}: the pattern matches no file")
+            raise InputNotFoundError(_no_match(item))
         files = [p for p in found if not p.is_dir()]  # a broken link is refused by its read
         folders = {p for p in found if p.is_dir()}
         # A folder matched stands for its files, as in the shell's expansion (one without
@@ -116,16 +122,39 @@ def _expand(item: str) -> list[Path]:
         inside = (f for top in tops for f in _folder_files(top, stacklevel=6, required=False))
         files = sorted({*files, *inside})
         if not files:
-            raise FileNotFoundError(f"{item}: the pattern matches no file of a known format")
+            raise InputNotFoundError(
+                f"{item}: the pattern matches no file of a known format (it matches "
+                f"{len(found)}: {', '.join(p.name for p in found[:3])}"
+                f"{', ...' if len(found) > 3 else ''}); expected names ending in "
+                f"{', '.join(FORMATS)}: change the pattern"
+            )
         return files
     path = Path(item)
     if path.is_dir():
         return _folder_files(path, stacklevel=5)
     if not path.exists():
         if path.is_symlink():
-            raise FileNotFoundError(_broken_link(path))
-        raise FileNotFoundError(f"{path}: no such input file or directory")
+            raise InputNotFoundError(_broken_link(path))
+        raise InputNotFoundError(f"{path}: no such input file or directory; check the path")
     return [path]
+
+
+def _no_match(pattern: str) -> str:
+    """Why ``pattern`` matches nothing: the folder before its first wildcard, absent or
+    without a match, and how to fix it."""
+    parts = Path(pattern).parts
+    fixed = Path(*parts[: next(i for i, p in enumerate(parts) if glob.has_magic(p))] or ".")
+    if not fixed.exists():
+        why = f"{fixed} does not exist"
+    elif not fixed.is_dir():
+        why = f"{fixed} is a file, not a folder"
+    else:
+        why = f"nothing in {fixed} matches it"
+    relative = "" if Path(pattern).is_absolute() else f" (relative to {os.getcwd()})"
+    return (
+        f"{pattern}: the pattern matches no file: {why}{relative}; check the pattern (a "
+        "wildcard does not match names starting with '.'; '**' matches folders at any depth)"
+    )
 
 
 def _folder_files(path: Path, *, stacklevel: int, required: bool = True) -> list[Path]:
@@ -229,7 +258,8 @@ def find_inputs(inputs: PathLike | Sequence[PathLike], *, field: str = "text") -
     column ``field``. Nothing is read beyond a first byte and Parquet metadata.
 
     Raises:
-        FileNotFoundError: A path or pattern matches nothing.
+        InputNotFoundError: A path or pattern matches nothing (a ``FileNotFoundError`` and
+            a ``ValueError``).
         ValueError: No input file, an unknown format, an unreadable file, a bad Parquet file.
 
     Example:
