@@ -24,7 +24,7 @@ from grainpack.corpus.errors import CorpusExistsError, os_error
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import PathLike
 from grainpack.corpus.source import TokenShardSource
-from grainpack.ingest.transaction import check_target, write_lock
+from grainpack.ingest.transaction import check_target, write_lock, write_synced
 from grainpack.ingest.writer import shuffle_corpus
 
 __all__ = ["key_file", "staged_path", "write_shuffled"]
@@ -127,8 +127,8 @@ def _written_before(staged: Path, key: str) -> bool:
 
 def _record(staged: Path, key: str, fingerprint: str) -> None:
     path = key_file(staged)
-    try:
-        path.write_text(json.dumps({"plan": key, "fingerprint": fingerprint}))
+    try:  # fsync'd (with the folder) before the copy, and a resumed write, rely on it
+        write_synced(path, json.dumps({"plan": key, "fingerprint": fingerprint}).encode())
     except OSError as err:  # a full disk: the copy could not be resumed, so it goes too
         _drop(staged)
         raise os_error(err, "writing", path) from err

@@ -47,6 +47,7 @@ __all__ = [
     "Transaction",
     "check_target",
     "write_lock",
+    "write_synced",
 ]
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
@@ -73,6 +74,33 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` durably before anything relies on it (a build's plan, a
+    shuffled write's key file): through ``NAME.tmp`` beside it, fsync'd, renamed into place,
+    and the folder fsync'd. After a crash or a power loss ``path`` holds ``data`` or what it
+    held before, never a torn file. ``OSError`` propagates, the temporary file removed.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "plan.json"
+        >>> write_synced(path, b"{}")
+        >>> path.read_bytes(), sorted(p.name for p in path.parent.iterdir())
+        (b'{}', ['plan.json'])
+    """
+    tmp = path.with_name(f"{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
 
 
 def _target(path: Path) -> Path:
