@@ -1,5 +1,6 @@
 """Train a tiny LM on grainpack batches, save model + data state with Orbax, resume exactly."""
 
+import os
 import tempfile
 
 import jax
@@ -48,7 +49,8 @@ def main(workdir):
         "out": 0.1 * jax.random.normal(k2, (32, VOCAB_SIZE)),
     }
     options = ocp.CheckpointManagerOptions(max_to_keep=3, create=True)
-    manager = ocp.CheckpointManager(f"{workdir}/checkpoints", options=options)
+    # Orbax takes absolute paths only ("Checkpoint path should be absolute"): workdir may not be
+    manager = ocp.CheckpointManager(os.path.abspath(f"{workdir}/checkpoints"), options=options)
 
     # This process's share of every global batch, 2 batches ahead on the devices.
     batches = gp.prefetch_to_device(iter(gp.make_dataset(config)), mesh, size=2)

@@ -22,6 +22,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from grainpack.pipeline.dataset import (
+    CHANGES_NAMED,
     ConfigMismatchError,
     describe_changes,
     process_index_and_count,
@@ -129,7 +130,8 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
                 changes = describe_changes(saved, described.describe())
             except (TypeError, AttributeError):  # a damaged description: the mismatch alone
                 raise err from None
-            raise ConfigMismatchError(f"{err} What changed: {changes}.") from None
+            said = str(err).removesuffix(CHANGES_NAMED).rstrip()  # said once: what changed
+            raise ConfigMismatchError(f"{said} What changed: {changes}.") from None
         if hasattr(item, "start_prefetch"):
             item.start_prefetch()
         return item

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
-__all__ = ["exit_with_parent", "importing_main_in_a_child"]
+__all__ = ["exit_with_parent", "importing_main_in_a_child", "starting_children"]
 
 
 def importing_main_in_a_child() -> bool:
@@ -34,3 +36,17 @@ def exit_with_parent() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="grainpack-orphan-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def starting_children() -> Iterator[None]:
+    """Processes started in the body begin with SIGINT blocked (a child inherits the signal
+    mask of the thread that starts it), so a terminal's Ctrl-C during their start-up (the
+    spawn bootstrap imports the main script, before :func:`exit_with_parent` ignores SIGINT)
+    prints no traceback of theirs. This thread gets a Ctrl-C of that time when the body
+    ends (CPython starts its resource tracker so)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -41,7 +41,8 @@ def build(args: argparse.Namespace) -> None:
 
         given = [flag for k, flag in TEXT_ONLY.items() if getattr(args, k) not in (None, False)]
         if given:
-            raise ValueError(f"{', '.join(given)} need --tokenizer (they apply to text inputs)")
+            verb, they = ("need", "they apply") if len(given) > 1 else ("needs", "it applies")
+            raise ValueError(f"{', '.join(given)} {verb} --tokenizer ({they} to text inputs)")
         field = {} if args.field is None else {"field": args.field}
         src = convert_inputs(
             args.inputs, output, vocab_size=args.vocab_size, eos_id=args.eos_id, **field, **common
@@ -51,11 +52,13 @@ def build(args: argparse.Namespace) -> None:
             f"{src.dtype}{order}"
         )
         return
-    if args.eos_id is not None or args.vocab_size is not None:
-        raise ValueError(
-            "with --tokenizer the vocabulary comes from the tokenizer: drop --vocab-size, and "
-            "use --eos ID|TOKEN (appended to every document) instead of --eos-id"
-        )
+    fixes = []  # only the flags given (--eos-id 0 is given)
+    if args.vocab_size is not None:
+        fixes.append("the vocabulary comes from the tokenizer: drop --vocab-size")
+    if args.eos_id is not None:
+        fixes.append("use --eos ID|TOKEN (appended to every document) instead of --eos-id")
+    if fixes:
+        raise ValueError(f"with --tokenizer {'; '.join(fixes)}")
     from grainpack.ingest.build import build_corpus
     from grainpack.ingest.distributed import build_corpus_ray
     from grainpack.ingest.tokenizers import load_tokenizer

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
 import pickle
@@ -46,7 +47,9 @@ from grainpack.ingest.text import TextSlice, describe_slice, find_inputs, plan_p
 from grainpack.ingest.tokenizers import Tokenizer, load_tokenizer
 from grainpack.ingest.transaction import check_target, write_lock
 from grainpack.ingest.writer import CorpusWriter
-from grainpack.processes import exit_with_parent, importing_main_in_a_child
+from grainpack.processes import exit_with_parent, importing_main_in_a_child, starting_children
+
+logger = logging.getLogger(__name__)  # notes: parts reused or discarded (printed by the CLI)
 
 __all__ = ["BuildPlan", "build_corpus", "build_part", "plan_build"]
 
@@ -318,7 +321,16 @@ def _staged(stage: Path, plan: BuildPlan) -> Iterator[list[Path]]:
     """The body of :func:`staging`, under the lock of ``stage``."""
     plan_file = stage / "plan.json"
     if stage.exists() and _staged_key(plan_file) != plan.key:
+        discarded = len(list(stage.glob(f"part-*/{MANIFEST_NAME}")))
         shutil.rmtree(stage)  # parts of another input, tokenizer or options
+        if discarded:
+            logger.info(
+                "discarded %d complete part(s) kept in %s by an interrupted build of other "
+                "inputs, tokenizer or options; building all %d part(s) of this one",
+                discarded,
+                stage,
+                len(plan.parts),
+            )
     stage.mkdir(exist_ok=True)
     if not plan_file.exists():
         described = [[describe_slice(s) for s in part] for part in plan.parts]
@@ -331,6 +343,14 @@ def _staged(stage: Path, plan: BuildPlan) -> Iterator[list[Path]]:
             raise os_error(err, "writing the build plan", tmp) from err
     paths = [stage / f"part-{k:05d}" for k in range(len(plan.parts))]
     todo = [p for p in paths if not (p / MANIFEST_NAME).is_file()]
+    if len(todo) < len(paths):
+        logger.info(
+            "reusing %d of %d parts kept in %s by an interrupted build; building the other %d",
+            len(paths) - len(todo),
+            len(paths),
+            stage,
+            len(todo),
+        )
     try:
         yield todo
     except BaseException as err:
@@ -509,7 +529,8 @@ def _run_processes(plan: BuildPlan, todo: list[Path], workers: int, bar: Progres
         workers, mp_context=context, initializer=_init_worker, initargs=(reports,)
     )
     try:
-        pending = {task[1]: pool.submit(_worker_part, *task) for task in tasks}
+        with starting_children():  # the pool starts its workers in submit
+            pending = {task[1]: pool.submit(_worker_part, *task) for task in tasks}
         while pending:
             with contextlib.suppress(queue.Empty):
                 index, *report = reports.get(timeout=0.1)

@@ -91,6 +91,10 @@ class ConfigMismatchError(ValueError):
     """A state saved with another pipeline config or corpus (its fingerprint differs)."""
 
 
+# The end of a ConfigMismatchError's message; grainpack.orbax replaces it with what changed.
+CHANGES_NAMED = "(A checkpoint saved with gp.CheckpointSave also names what changed.)"
+
+
 def batch_digest(batch: Mapping[str, np.ndarray]) -> int:
     """63-bit digest of a batch's model arrays (provenance is not part of it). A compact
     batch is expanded first: digests, and so checkpoints, do not depend on the layout."""
@@ -308,7 +312,7 @@ class PipelineIterator(grain.DatasetIterator):
                 f"{saved.fingerprint} in the checkpoint, {batches.fingerprint} now); "
                 "resuming would train on different data. Restore with the original config, or "
                 "pass ignore_fingerprint_mismatch=True to make_dataset to accept the change. "
-                "(A checkpoint saved with gp.CheckpointSave also names what changed.)"
+                f"{CHANGES_NAMED}"
             )
         size, count = batches.config.global_batch_size, saved.process_count
         if same:
@@ -403,10 +407,21 @@ def describe_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> st
                 f"the order of the sources: {old} -> {new} (the order matters: source j is "
                 "seeded seed + j and takes slots by the cumulative weights)"
             )
+        elif key == "probabilities":  # by source name, each side with its own sources
+            old, new = (_named(v, d.get("sources")) for v, d in ((old, saved), (new, current)))
+            if old != new:  # else the same weights in another order of the sources
+                words.append(f"weights: {old} -> {new}")
         elif key != "sources":
             old, new = (_DEFAULTS.get(key) if v is None else v for v in (old, new))
             words.append(f"{_FIELD_NAMES.get(key, key)}: {old} -> {new}")
     return "; ".join(words) or "nothing that is described"
+
+
+def _named(weights: Any, sources: Any) -> Any:
+    """``[0.7, 0.3]`` as ``{'en': 0.7, 'fr': 0.3}`` when ``sources`` names each weight."""
+    if isinstance(weights, list) and isinstance(sources, list) and len(weights) == len(sources):
+        return dict(zip(sources, weights))
+    return weights
 
 
 def _verification_failed(step: int, found: tuple[int, int] | None) -> ValueError:

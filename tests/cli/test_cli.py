@@ -292,7 +292,7 @@ def test_build_text_inspect_and_merge(tmp_path, capsys):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--lines"], "--lines need --tokenizer"),  # text options without a tokenizer
+        (["--lines"], "--lines needs --tokenizer (it applies"),  # text options without a tokenizer
         (["--tokenizer", "bytes", "--eos-id", "3"], "use --eos ID|TOKEN"),
         (["--tokenizer", "vocab.txt"], "expected 'bytes', a tokenizer.json"),
         (["--tokenizer", "bytes", "--field", "body"], "no text in --field body"),

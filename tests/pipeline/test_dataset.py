@@ -665,7 +665,10 @@ def test_schedule_elastic_restore_across_stage_boundaries(larger_sources, order,
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"weights": {"a": 0.5, "b": 0.5}}, "weights: [0.25, 0.75] -> [0.5, 0.5]"),
+        (
+            {"weights": {"a": 0.5, "b": 0.5}},
+            "weights: {'a': 0.25, 'b': 0.75} -> {'a': 0.5, 'b': 0.5}",
+        ),
         ({"block": 16}, "block: 8 -> 16"),
         ({"seed": 10}, "seed: 9 -> 10"),
         (
