@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import grain
@@ -24,12 +24,13 @@ import numpy as np
 from absl import flags
 
 from grainpack.index.checks import check_bool, check_int
+from grainpack.index.mixing import SlotMixer
 from grainpack.index.slots import first_slot, rows_per_process
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
 from grainpack.pipeline.expand import FULL_KEYS, expand_compact
-from grainpack.pipeline.state import IteratorState
+from grainpack.pipeline.state import IteratorState, check_damage
 from grainpack.processes import exit_with_parent, importing_main_in_a_child
 
 logger = logging.getLogger(__name__)
@@ -268,7 +269,8 @@ class PipelineIterator(grain.DatasetIterator):
         ``version``, ``step``, ``process_index``, ``process_count``, ``fingerprint`` (of
         the config and corpora) and ``digest`` (of the last batch, checked on restore).
         With a blocked order it also holds ``counts``, the rows each source gave before the
-        step (version 2), so a restore does not count every earlier slot.
+        step (version 2), so a restore does not count every earlier slot. Last comes
+        ``check``, a digest of all the other fields, so that a damaged field is refused.
         """
         return self.state_after(self._step, self._last)
 
@@ -300,10 +302,38 @@ class PipelineIterator(grain.DatasetIterator):
         Raises:
           ValueError: the state is malformed, from another grainpack format version, from
             another config or corpus (unless ``ignore_fingerprint_mismatch``), its step is
-            beyond any run, or the last batch before it, recomputed, differs from the one
-            trained on.
+            beyond any run, its ``counts`` are not what the slot hash gives (counted from
+            slot 0 up to ``RECOUNT_SLOTS``), the last batch before it, recomputed, differs
+            from the one trained on, or its check value is not that of its fields (a field
+            damaged or edited: named where one bit or digit of it changed). A state written
+            before the check value (no ``check``) has every check but that one.
         """
         saved = IteratorState.from_dict(state)  # keys, types and version
+        batches = self._batches
+        damage = check_damage(state, list(batches.config.sources))
+        if damage is not None and damage.field in {"fingerprint", "process_count"}:
+            # a damaged field, not another config or layout: say so (and never accept it)
+            raise ValueError(f"corrupt grainpack iterator state: {damage.message}{_RESTORE}")
+        try:
+            undo = self._check(saved)
+        except ValueError as err:
+            if damage is None or type(err) not in (ValueError, ConfigMismatchError):
+                raise
+            raise type(err)(
+                f"{err} (Its check value does not match either: {damage.message}.)"
+            ) from None
+        if damage is not None:  # every field looks right, yet the check value disagrees
+            for restore in reversed(undo):
+                restore()
+            raise ValueError(f"corrupt grainpack iterator state: {damage.message}{_RESTORE}")
+        self.close()
+        self._step = saved.step
+        self._last = None
+
+    def _check(self, saved: IteratorState) -> list[Callable[[], None]]:
+        """Checks ``saved`` against this pipeline (raising ``ValueError`` naming the field
+        that is wrong) and anchors the mixer at its counts; returns the functions that undo
+        that (a refused state leaves the iterator as it was)."""
         batches = self._batches
         same = saved.fingerprint == batches.fingerprint
         if not same and not self._options.ignore_fingerprint_mismatch:
@@ -329,10 +359,12 @@ class PipelineIterator(grain.DatasetIterator):
             undo.append(batches.forget_plans())
         try:
             if saved.counts is not None and same:  # counted up to the step: no count from 0
+                slot = first_slot(saved.step, size)
                 try:
-                    undo.append(batches.anchor_at(first_slot(saved.step, size), saved.counts))
+                    undo.append(batches.anchor_at(slot, saved.counts))
                 except ValueError as err:
                     raise ValueError(f"corrupt grainpack iterator state: {err}") from None
+                self._recount(saved.counts, slot)
             batches.check_step(saved.step)  # a step beyond any run is refused before any work
             if saved.step == 0 and saved.digest:  # get_state gives 0 before the first batch
                 raise ValueError(
@@ -346,9 +378,36 @@ class PipelineIterator(grain.DatasetIterator):
             for restore in reversed(undo):
                 restore()
             raise
-        self.close()
-        self._step = saved.step
-        self._last = None
+        return undo
+
+    def _recount(self, counts: tuple[int, ...], slot: int) -> None:
+        """Compares a state's per-source ``counts`` at ``slot`` with the slot hash's, counted
+        from slot 0 when ``slot <= RECOUNT_SLOTS`` (about a second; beyond it the mixer's
+        anchor has checked each count against the slots since the start of its 2**16-slot
+        block only). Runs on every process, for every source, whatever the last batch holds.
+        """
+        if slot > RECOUNT_SLOTS or len(counts) < 2:
+            return
+        cfg = self._batches.config
+        constant = cfg.constant_probabilities
+        if constant is not None:
+            mixer = SlotMixer(cfg.seed, constant)
+        else:
+            mixer = SlotMixer(cfg.seed, cfg.schedule, slots_per_step=cfg.global_batch_size)
+        counted = mixer.counts_before(slot).tolist()
+        if counted == list(counts):
+            return
+        names = list(cfg.sources)
+        wrong = "; ".join(
+            f"source {names[j]!r}: {c} in the state, {k} by the slot hash"
+            for j, (c, k) in enumerate(zip(counts, counted))
+            if c != k
+        )
+        raise ValueError(
+            f"corrupt grainpack iterator state: field 'counts' disagrees with the slot hash "
+            f"before slot {slot:,} (step {slot // cfg.global_batch_size:,}): {wrong}; the "
+            f"state was edited or damaged{_RESTORE}"
+        )
 
     def _verify(self, saved: IteratorState) -> None:
         """Recomputes the batch before ``saved.step`` and compares its digest (a zero
@@ -375,6 +434,11 @@ class PipelineIterator(grain.DatasetIterator):
                     raise _verification_failed(step, (q, other))
         raise _verification_failed(step, None)
 
+
+_RESTORE = "; restore the state the checkpoint saved (or an earlier checkpoint)"
+# A state's counts are compared with a count from slot 0 up to this slot (about a second on
+# two cores); beyond it, each against the slots since the start of its 2**16-slot block.
+RECOUNT_SLOTS = 1 << 30
 
 # Parts of the fingerprint that a user sets under another name, or leaves out at a default
 _FIELD_NAMES = {"probabilities": "weights", "schedule": "weights (a schedule)"}

@@ -8,14 +8,20 @@ On disk (Grain's JSON, Orbax) it is a plain dict of ints, in one of two versions
   ``counts``, the rows each source gave before the step, so that a restore does not count
   every earlier slot.
 
-:meth:`IteratorState.from_dict` reads both and refuses anything else with what it found.
+Either version ends with ``check``, a 63-bit digest of every other key and value
+(:func:`state_check`), written since grainpack checks states; a state without it (written
+before) is still read. :meth:`IteratorState.from_dict` reads all of them and refuses
+anything else with what it found; :func:`check_damage` names the field whose value is not
+the one the check value was computed over.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from grainpack.index.checks import is_int
 from grainpack.pipeline.batches import FORMAT_VERSION, MAX_SLOT
@@ -23,6 +29,7 @@ from grainpack.pipeline.batches import FORMAT_VERSION, MAX_SLOT
 STATE_KEYS = ("version", "step", "process_index", "process_count", "fingerprint", "digest")
 COUNTED_STATE_KEYS = (*STATE_KEYS, "counts")
 COUNTED_STATE_VERSION = 2
+CHECK_KEY = "check"  # optional in both versions: states written before it are still read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +49,7 @@ class IteratorState:
       ...                       digest=9, counts=(2, 4))
       >>> state.to_dict()
       {'version': 2, 'step': 3, 'process_index': 0, 'process_count': 1, 'fingerprint': 7, \
-'digest': 9, 'counts': [2, 4]}
+'digest': 9, 'counts': [2, 4], 'check': 7793399207393886477}
       >>> IteratorState.from_dict(state.to_dict()) == state
       True
     """
@@ -61,16 +68,20 @@ class IteratorState:
 
     def to_dict(self) -> dict[str, Any]:
         """The on-disk form: a JSON-able dict of plain ints (keys in the order written since
-        version 1, ``counts`` last)."""
+        version 1, then ``counts``, then ``check`` over all of them)."""
         state: dict[str, Any] = {"version": self.version}
         state.update((k, getattr(self, k)) for k in STATE_KEYS[1:])
         if self.counts is not None:
             state["counts"] = list(self.counts)
+        state[CHECK_KEY] = state_check(state)
         return state
 
     @classmethod
     def from_dict(cls, state: Any) -> IteratorState:
         """Reads a state of either version, as :meth:`to_dict` (or an older release) wrote it.
+
+        The check value is not compared here (:func:`check_damage` does): a restore first
+        runs the checks that say what a wrong field means (another config, another batch).
 
         Raises:
           TypeError: ``state`` is a string (saved JSON not parsed).
@@ -86,16 +97,18 @@ class IteratorState:
         if not is_pipeline_state(state):
             raise ValueError(
                 f"not a grainpack iterator state: expected keys {sorted(STATE_KEYS)} (and "
-                f"'counts' from version {COUNTED_STATE_VERSION} on), got {state!r}"
+                f"'counts' from version {COUNTED_STATE_VERSION} on, and '{CHECK_KEY}'), got "
+                f"{state!r}"
             )
         counts = state.get("counts", [])
-        bad = [k for k in STATE_KEYS if not is_int(state[k])]
+        bad = [k for k in (*STATE_KEYS, CHECK_KEY) if k in state and not is_int(state[k])]
         if not isinstance(counts, list) or not all(is_int(c) and c >= 0 for c in counts):
             bad.append("counts")
         if bad or state["step"] < 0 or not 0 <= state["process_index"] < state["process_count"]:
             raise ValueError(
                 f"corrupt grainpack iterator state {dict(state)!r}: every value must be an int "
                 "(counts: a list of ints >= 0), step >= 0 and 0 <= process_index < process_count"
+                f" (wrong: {', '.join(bad) or 'step or process_index'})"
             )
         expected = COUNTED_STATE_VERSION if "counts" in state else FORMAT_VERSION
         if state["version"] in {FORMAT_VERSION, COUNTED_STATE_VERSION} - {expected}:
@@ -124,9 +137,101 @@ class IteratorState:
 
 def is_pipeline_state(state: Any) -> bool:
     """Whether ``state`` has the keys of a :func:`grainpack.make_dataset` iterator state (a
-    global step, of either version; :meth:`IteratorState.from_dict` checks the values).
+    global step, of either version, with or without its check value;
+    :meth:`IteratorState.from_dict` checks the values).
 
     Also true for iterators that only wrap one, such as ``make_dataset(...).map(f)``, whose
     state is their parent's.
     """
-    return isinstance(state, Mapping) and set(state) in (set(STATE_KEYS), set(COUNTED_STATE_KEYS))
+    if not isinstance(state, Mapping):
+        return False
+    keys = set(state) - {CHECK_KEY}
+    return keys in (set(STATE_KEYS), set(COUNTED_STATE_KEYS))
+
+
+def state_check(state: Mapping[str, Any]) -> int:
+    """63-bit check value of a state: a BLAKE2b digest (personalised for grainpack states)
+    of every key and value but ``check`` itself (sorted by key, as compact JSON), so that
+    any change of any field, or a key added or removed, changes it.
+
+    Example:
+      >>> state_check({"version": 1, "step": 0})
+      1043778985396766300
+    """
+    fields = sorted((k, v) for k, v in state.items() if k != CHECK_KEY)
+    text = json.dumps(fields, separators=(",", ":"))
+    h = hashlib.blake2b(text.encode(), digest_size=8, person=b"grainpack.state")
+    return int.from_bytes(h.digest(), "little") >> 1
+
+
+class Damage(NamedTuple):
+    """What :func:`check_damage` found: the field (``None``: not known) and in words."""
+
+    field: str | None
+    message: str
+
+
+def check_damage(state: Mapping[str, Any], names: Sequence[str] = ()) -> Damage | None:
+    """``None`` when ``state`` has no check value (written before it) or its check value is
+    that of its fields; else what is wrong, naming the field where one bit or one decimal
+    digit of one value (or of the check value) explains the difference, and the value it
+    had when it was saved. ``names`` names the sources of ``counts``.
+
+    Example:
+      >>> saved = IteratorState(3, 0, 1, 7, 9).to_dict()
+      >>> check_damage(saved) is None
+      True
+      >>> check_damage({**saved, "step": 2}).message
+      "field 'step' is 2, but the check value was computed with 3 (one bit or digit changed)"
+    """
+    expected = state.get(CHECK_KEY)
+    if expected is None or state_check(state) == expected:
+        return None
+    for field, index, value in _values(state):
+        for candidate in _near(value):
+            edited = dict(state)
+            if index is None:
+                edited[field] = candidate
+            else:
+                edited[field] = [*state[field][:index], candidate, *state[field][index + 1 :]]
+            if state_check(edited) != expected:
+                continue
+            where = repr(field)
+            if index is not None:
+                name = names[index] if index < len(names) else index
+                where = f"{field}[{index}] (source {name!r})"
+            return Damage(
+                field,
+                f"field {where} is {value}, but the check value was computed with {candidate} "
+                "(one bit or digit changed)",
+            )
+    if state_check(state) in set(_near(expected)):
+        return Damage(
+            CHECK_KEY, f"field {CHECK_KEY!r} itself changed (one bit or digit); the others agree"
+        )
+    return Damage(
+        None,
+        f"the check value {expected} is not that of the other fields: more than one bit or "
+        "digit of them (or of the check value) changed, so which field is not known",
+    )
+
+
+def _values(state: Mapping[str, Any]) -> Iterator[tuple[str, int | None, int]]:
+    """``(field, index in counts or None, value)`` for every int of ``state`` but the check."""
+    for key in (*STATE_KEYS, "counts"):
+        if key == "counts":
+            for i, c in enumerate(state.get("counts", [])):
+                yield key, i, c
+        else:
+            yield key, None, state[key]
+
+
+def _near(value: int) -> Iterator[int]:
+    """Every int one bit (of 64) or one decimal digit away from ``value`` (>= 0)."""
+    for bit in range(64):
+        yield value ^ (1 << bit)
+    text = str(value)
+    for i, old in enumerate(text):
+        for digit in "0123456789":
+            if digit != old:
+                yield int(text[:i] + digit + text[i + 1 :])

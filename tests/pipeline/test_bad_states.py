@@ -30,6 +30,7 @@ from bad_inputs import (  # noqa: F401
 import grainpack as gp
 from grainpack.cli.main import main as cli_main
 from grainpack.index.stream import MIN_EPOCH_COST
+from grainpack.pipeline.state import state_check
 
 # -- restore --------------------------------------------------------------------------------------
 
@@ -208,6 +209,7 @@ def test_far_step_with_one_source_is_cheap(tmp_path):
     state["digest"] = gp.pipeline.dataset.batch_digest(
         gp.pipeline.batches.PipelineBatches(config).batch(FAR - 1, 0)
     )
+    state["check"] = state_check(state)  # a state made here, not damaged
     it = fresh(config)
     within_a_second(lambda: it.set_state(state))
     assert it.get_state()["step"] == FAR and next(it)["inputs"].shape == (2, 4)
