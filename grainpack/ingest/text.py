@@ -441,10 +441,36 @@ def _lines(piece: TextSlice) -> Iterator[tuple[int, bytes]]:
             position += len(line)
 
 
-def _decode_error(path: str, position: int, err: UnicodeDecodeError) -> ValueError:
+def _line_number(file: InputFile, position: int) -> int | None:
+    """The line (from 1) that holds byte ``position`` of ``file`` (of a compressed file, of
+    its decompressed data), None if the file cannot be read again. Reads the file up to
+    there: only for an error."""
+    line, left = 1, position
+    try:
+        with _open(file) as f:
+            while left > 0 and (chunk := f.read(min(left, _READ_BYTES))):
+                line, left = line + chunk.count(b"\n"), left - len(chunk)
+    except Exception:  # a corrupt or changed file: the message gives the byte alone
+        return None
+    return line
+
+
+def _at_byte(file: InputFile, position: int) -> str:
+    return f"byte {position}" + (" of the decompressed data" if file.compression else "")
+
+
+def _line_at(file: InputFile, position: int) -> str:
+    """``line N at byte B`` (of the decompressed data, for a compressed file): where the
+    line starting at ``position`` is, for a message."""
+    line = _line_number(file, position)
+    return f"{'the line' if line is None else f'line {line}'} at {_at_byte(file, position)}"
+
+
+def _decode_error(file: InputFile, position: int, err: UnicodeDecodeError) -> ValueError:
+    line = _line_number(file, position + err.start)
     return ValueError(
-        f"{path}: not UTF-8 text at byte {position + err.start} ({err.reason}); "
-        "convert the file to UTF-8"
+        f"{file.path}: not UTF-8 text at {_at_byte(file, position + err.start)} "
+        f"({'' if line is None else f'line {line}: '}{err.reason}); convert the file to UTF-8"
     )
 
 
@@ -509,6 +535,10 @@ def repeated_key(line: bytes, key: str) -> bool:
     return any(found)
 
 
+# The JSON types of a text field that is not a string, for a message
+_JSON_TYPES = {bool: "true or false", int: "a number", float: "a number", list: "an array"}
+
+
 def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
     path = piece.file.path
     for position, line in _lines(piece):
@@ -519,29 +549,33 @@ def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
         try:  # strict: UTF-8 encoding a surrogate is refused (json.loads would pass it)
             record = load_json(line.decode("utf-8"))
         except UnicodeDecodeError as err:
-            raise _decode_error(path, position, err) from None
+            raise _decode_error(piece.file, position, err) from None
         except json.JSONDecodeError as err:
             raise ValueError(
-                f"{path}: invalid JSON in the line at byte {position} ({json_problem(err)}); "
-                "each line must be one JSON object"
+                f"{path}: invalid JSON in {_line_at(piece.file, position)} "
+                f"({json_problem(err)}); each line must be one JSON object"
             ) from None
         except (ValueError, RecursionError) as err:  # a huge number, deep nesting
             raise ValueError(
-                f"{path}: the JSON line at byte {position} cannot be read ({err}); fix or drop "
-                "that record"
+                f"{path}: the JSON {_line_at(piece.file, position)} cannot be read ({err}); "
+                "fix or drop that record"
             ) from None
         if repeated_key(line, field):
             raise ValueError(
-                f"{path}: the JSON line at byte {position} names {field!r} twice in one object "
-                "(JSON keeps the last value without a word); keep one"
+                f"{path}: the JSON {_line_at(piece.file, position)} names {field!r} twice in "
+                "one object (JSON keeps the last value without a word); keep one"
             )
         text = record.get(field) if isinstance(record, dict) else None
+        if isinstance(record, dict) and field in record and not isinstance(text, str):
+            held = "null" if text is None else _JSON_TYPES.get(type(text), "an object")
+            raise ValueError(  # the field is there: its value, not the option, is wrong
+                f"{path}: {_line_at(piece.file, position)} has {held} in {field!r}, not a "
+                "string; fix or drop that record"
+            )
         if not isinstance(text, str):
             found = f"keys {sorted(record)}" if isinstance(record, dict) else type(record).__name__
-            if isinstance(record, dict) and field in record:
-                found = f"{field!r} = {type(record[field]).__name__}"
             raise OptionError(
-                f"{path}: the line at byte {position} has no text in {{field=}} (found "
+                f"{path}: {_line_at(piece.file, position)} has no text in {{field=}} (found "
                 f"{found}); pass the name of the text field as {{field}}",
                 field=field,
             )
@@ -550,7 +584,7 @@ def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
                 text.encode("utf-8")
             except UnicodeEncodeError as err:
                 raise ValueError(
-                    f"{path}: the line at byte {position} holds a lone surrogate "
+                    f"{path}: {_line_at(piece.file, position)} holds a lone surrogate "
                     f"({text[err.start : err.end]!r}, from a \\u escape) in {field!r}, "
                     "which is not text; fix or drop that record"
                 ) from None
@@ -558,20 +592,19 @@ def _jsonl_documents(piece: TextSlice, field: str) -> Iterator[str]:
 
 
 def _text_documents(piece: TextSlice, lines: bool) -> Iterator[str]:
-    path = piece.file.path
     if not lines:
         with _open(piece.file) as f:
             data = f.read()
         try:
             yield data.decode("utf-8").removeprefix(BOM)  # an encoding mark, not text
         except UnicodeDecodeError as err:
-            raise _decode_error(path, 0, err) from None
+            raise _decode_error(piece.file, 0, err) from None
         return
     for position, line in _lines(piece):
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise _decode_error(path, position, err) from None
+            raise _decode_error(piece.file, position, err) from None
         if text.endswith("\n"):  # a line ends at \n or \r\n; a bare \r is text
             text = text[:-2] if text.endswith("\r\n") else text[:-1]
         if position == 0:

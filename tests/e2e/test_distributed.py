@@ -49,7 +49,7 @@ def test_ray_build_equals_the_local_builds(tmp_path, tokenizer_files, local_ray)
 def test_ray_task_errors_are_raised_and_write_nothing(tmp_path, local_ray):
     good = write_input(tmp_path / "a.jsonl", TEXTS[:50])
     (tmp_path / "b.jsonl").write_text('{"text": "fine"}\n{"body": "no text"}\n')
-    with pytest.raises(ValueError, match=r"b.jsonl: the line at byte 17 has no text"):
+    with pytest.raises(ValueError, match=r"b.jsonl: line 2 at byte 17 has no text"):
         build_corpus_ray([good, tmp_path / "b.jsonl"], tmp_path / "out", tokenizer="bytes")
     assert not (tmp_path / "out").exists()
 

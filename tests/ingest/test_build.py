@@ -111,7 +111,7 @@ def test_errors_write_nothing(tmp_path):
     (tmp_path / "blank.jsonl").write_text("\n\n  \n")
     vocab = big_tiktoken(tmp_path / "big.tiktoken", 70_000)
     cases = [
-        ([good, tmp_path / "missing.jsonl"], {}, r"missing.jsonl: the line at byte 14 has no"),
+        ([good, tmp_path / "missing.jsonl"], {}, r"missing.jsonl: line 2 at byte 14 has no"),
         ([good, tmp_path / "bad.jsonl.gz"], {}, "bad.jsonl.gz: corrupt or truncated file"),
         ([tmp_path / "empty.jsonl"], {}, r"the input is empty: 1 file\(s\) of 0 bytes"),
         ([tmp_path / "blank.jsonl"], {}, "the input holds no documents"),
