@@ -45,7 +45,7 @@ from grainpack.ingest.merge import merge_corpora
 from grainpack.ingest.shuffled import write_shuffled
 from grainpack.ingest.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
 from grainpack.ingest.tokenizers import Tokenizer, load_tokenizer
-from grainpack.ingest.transaction import check_target, write_lock
+from grainpack.ingest.transaction import check_target, write_lock, write_synced
 from grainpack.ingest.writer import CorpusWriter
 from grainpack.processes import exit_with_parent, importing_main_in_a_child, starting_children
 
@@ -142,7 +142,10 @@ def plan_build(
         raise ValueError(f"shard_tokens must be a positive int, got {shard_tokens=}")
     files = find_inputs(inputs, field=field)
     if sum(f.size for f in files) == 0:
-        raise ValueError(f"the input is empty: {len(files)} file(s) of 0 bytes")
+        raise ValueError(
+            f"the input is empty: {len(files)} file(s) of 0 bytes: "
+            f"{_named([f.path for f in files])}; build from files that hold text"
+        )
     parts = tuple(plan_parts(files, lines=lines, part_bytes=part_bytes))
     described = {
         "version": PLAN_VERSION,
@@ -335,9 +338,9 @@ def _staged(stage: Path, plan: BuildPlan) -> Iterator[list[Path]]:
     if not plan_file.exists():
         described = [[describe_slice(s) for s in part] for part in plan.parts]
         tmp = stage / "plan.json.tmp"
-        try:
-            tmp.write_text(json.dumps({"key": plan.key, "parts": described}, indent=1))
-            os.replace(tmp, plan_file)
+        text = json.dumps({"key": plan.key, "parts": described}, indent=1)
+        try:  # fsync'd, with its folder, before parts are kept (and resumed) under its key
+            write_synced(plan_file, text.encode())
         except OSError as err:  # a full disk: nothing is built, nothing is left
             shutil.rmtree(stage, ignore_errors=True)
             raise os_error(err, "writing the build plan", tmp) from err
@@ -374,6 +377,12 @@ def _staged_key(plan_file: Path) -> str | None:
         return None
 
 
+def _named(files: Sequence[str]) -> str:
+    """The first three of ``files``, and how many more."""
+    more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+    return f"{', '.join(files[:3])}{more}"
+
+
 def part_paths(out: PathLike, plan: BuildPlan) -> list[Path]:
     """The directories of the parts of ``plan`` under ``out``, in order."""
     return [parts_folder(out) / f"part-{k:05d}" for k in range(len(plan.parts))]
@@ -391,9 +400,11 @@ def finish(out: PathLike, plan: BuildPlan, *, overwrite: bool) -> TokenShardSour
     documents."""
     parts = part_paths(out, plan)
     if sum(read_manifest(p)["num_documents"] for p in parts) == 0:
+        files = list(dict.fromkeys(s.file.path for part in plan.parts for s in part))
         raise ValueError(
-            "the input holds no documents (empty files, blank lines or empty row groups); "
-            "nothing was written"
+            f"the input holds no documents (empty files, blank lines or empty row groups): "
+            f"{len(files)} file(s): {_named(files)}; nothing was written: build from files "
+            "that hold text"
         )
     return merge_corpora(parts, out, overwrite=overwrite)
 

@@ -49,3 +49,19 @@ def test_the_key_file_of_a_shuffled_write_is_synced_before_the_copy(tmp_path, sy
     assert synced[first + 1] == str(tmp_path)  # its folder: the rename is durable too
     copy = [k for k, path in enumerate(synced) if "/.out.tmp-" in path]
     assert copy and min(copy) > first  # before the shuffled copy is written
+
+
+def test_a_builds_plan_is_synced_before_any_part_is_written(tmp_path, synced):
+    from grainpack.ingest.build import build_corpus
+
+    inputs = []
+    for k in range(3):
+        inputs.append(tmp_path / f"{k}.jsonl")
+        inputs[-1].write_text(f'{{"text": "document {k}"}}\n')
+    build_corpus(inputs, tmp_path / "out", tokenizer="bytes", workers=1, part_bytes=1)
+    plan = str(tmp_path / ".out.parts" / "plan.json.tmp")
+    assert plan in synced  # it was written with write_text, never fsync'd
+    first = synced.index(plan)
+    assert synced[first + 1] == str(tmp_path / ".out.parts")  # and the rename
+    parts = [k for k, path in enumerate(synced) if "/.part-" in path]
+    assert parts and min(parts) > first  # before the first part is written

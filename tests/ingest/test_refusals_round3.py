@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from grainpack.ingest.build import build_corpus
 from grainpack.ingest.text import InputNotFoundError, find_inputs
 
 
@@ -47,3 +48,29 @@ def test_a_pattern_matching_only_folders_without_input_names_what_it_matched(tmp
         find_inputs(f"{tmp_path}/n*")
     with pytest.raises(ValueError, match=r"missing\.jsonl: no such input file or directory"):
         find_inputs(tmp_path / "missing.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "lines", "problem"),
+    [
+        ("empty.jsonl", "", False, "the input is empty: 1 file(s) of 0 bytes: {path}; build"),
+        ("blank.txt", "\n\n  \n", True, "empty row groups): 1 file(s): {path}; nothing was"),
+    ],
+)
+def test_an_input_without_documents_is_refused_naming_the_file(
+    tmp_path, name, content, lines, problem
+):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(ValueError, match=re.escape(problem.format(path=path))):
+        build_corpus(path, tmp_path / "out", tokenizer="bytes", lines=lines, workers=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing written
+
+
+def test_several_inputs_without_documents_are_counted_and_the_first_named(tmp_path):
+    paths = [tmp_path / f"{k}.jsonl" for k in range(5)]
+    for path in paths:
+        path.write_text("")
+    named = ", ".join(map(str, paths[:3]))
+    with pytest.raises(ValueError, match=re.escape(f"5 file(s) of 0 bytes: {named} and 2 more;")):
+        build_corpus(paths, tmp_path / "out", tokenizer="bytes", workers=1)
