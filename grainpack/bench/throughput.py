@@ -334,7 +334,7 @@ def run_benchmarks(
     passes: int = 5,
     quick: bool = False,
     json_path: str | os.PathLike[str] | None = None,
-    progress: bool = True,
+    progress: bool | None = None,
     latency_batches: int = 10_000,
 ) -> dict[str, Any]:
     """Runs every benchmark, prints a table and returns (optionally writes) the results.
@@ -349,7 +349,8 @@ def run_benchmarks(
       passes: timed passes per measurement (the median is reported).
       quick: tiny sizes for a smoke test (2M tokens, 10**5 plan documents, 2 short passes).
       json_path: also write the results there as JSON.
-      progress: show which measurement runs (a progress bar on stderr).
+      progress: show which measurement runs (a progress bar on stderr); default: when
+        stderr is a terminal (in a file or a pipe a bar is carriage-return noise).
       latency_batches: batches timed one by one per grainpack configuration, after as many
         from a fresh iterator, in each of three replays (300 when ``quick``).
 
@@ -368,6 +369,8 @@ def run_benchmarks(
     least = 2 * BATCH * (BLOCK + 1)  # the limit copies a batch of rows from each source
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < least:
         raise ValueError(f"tokens must be an int >= {least}; got {tokens=}")
+    if progress is None:
+        progress = sys.stderr.isatty()
     if quick:
         tokens, passes = min(tokens, 2_000_000), min(passes, 2)
         latency_batches = min(latency_batches, 300)
@@ -447,7 +450,13 @@ def run_benchmarks(
     results = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": _machine(),
-        "settings": {"block": BLOCK, "batch": BATCH, "passes": passes, "pass_seconds": seconds},
+        "settings": {
+            "block": BLOCK,
+            "batch": BATCH,
+            "passes": passes,
+            "pass_seconds": seconds,
+            "quick": quick,
+        },
         "corpus": {
             "directory": str(directory),
             "tokens": int(lengths.sum()),
@@ -470,7 +479,8 @@ def run_benchmarks(
 
 
 def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets: (name, measured value, bound, met)."""
+    """The issue's targets: (name, measured value, bound, met, applies). They are set for
+    the full run; ``--quick``'s sizes cannot show them, so none applies there."""
     t, index = results["throughput"], results["index"]
     full = min(t[u]["ratio_to_limit"] for u in UNITS)
     workers = min(t[f"{u}_workers"]["tokens_per_s"] / t[u]["tokens_per_s"] for u in UNITS)
@@ -529,6 +539,7 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "value": float(v),
             "bound": f"{op} {b}",
             "met": bool(v >= b if op == ">=" else v <= b),
+            "applies": not results["settings"].get("quick", False),
         }
         for name, v, op, b in rows
     ]
@@ -587,7 +598,11 @@ def format_table(results: dict[str, Any], *, markdown: bool = False) -> str:
         ],
         [("target", "value", "met")]
         + [
-            (f"{t['target']} {t['bound']}", f"{t['value']:.3g}", "yes" if t["met"] else "NO")
+            (
+                f"{t['target']} {t['bound']}",
+                f"{t['value']:.3g}",
+                ("yes" if t["met"] else "NO") if t.get("applies", True) else "n/a",
+            )
             for t in results["targets"]
         ],
     ]
@@ -600,4 +615,14 @@ def format_table(results: dict[str, Any], *, markdown: bool = False) -> str:
             lines += [f"| {' | '.join(row)} |" for row in rows[1:]]
         else:
             lines += [f"{a:<{w}}" + "".join(f"  {x:>12}" for x in rest) for a, *rest in rows]
+    if not all(t.get("applies", True) for t in results["targets"]):
+        lines += ["", QUICK_NOTE]
     return "\n".join(lines)
+
+
+QUICK_NOTE = (
+    "n/a: the targets are set for the full run (200M tokens, 1 s passes, an epoch plan of "
+    "10**7 documents); --quick's sizes (2M tokens, 0.05 s passes) cannot show them (2 workers "
+    "do not pay for their start in a 0.05 s pass). Run grainpack bench without --quick to "
+    "check them."
+)
