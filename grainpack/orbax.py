@@ -21,6 +21,7 @@ import grain
 import orbax.checkpoint as ocp
 from etils import epath
 
+from grainpack.pipeline.agreement import agree_on_outcome
 from grainpack.pipeline.dataset import (
     CHANGES_NAMED,
     ConfigMismatchError,
@@ -95,8 +96,27 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
             (epath.Path(directory) / f"pipeline_{index}-of-{count}.json").write_text(text)
 
     def restore(self, directory: epath.Path, item: Any = None, args: Any = None) -> Any:
+        """Sets ``item`` to the state saved for this process (see the class). With several
+        JAX processes, every process then tells the others whether its restore succeeded,
+        before Orbax's barrier: a restore refused on one process is refused on all of them
+        (:class:`~grainpack.pipeline.agreement.ProcessesDisagreeError` on the others), and
+        none waits for a process that stopped."""
         item = item if item is not None else args.item
         index, count = process_index_and_count()
+        if count == 1:
+            self._restore(epath.Path(directory), item, index, count)
+        else:
+            try:
+                self._restore(epath.Path(directory), item, index, count)
+            except Exception as err:
+                agree_on_outcome("restore", err)
+                raise
+            agree_on_outcome("restore", None)
+        if hasattr(item, "start_prefetch"):
+            item.start_prefetch()
+        return item
+
+    def _restore(self, directory: epath.Path, item: Any, index: int, count: int) -> None:
         path = saved_state_file(directory, index, count)
         try:
             text = path.read_text()
@@ -132,9 +152,6 @@ class DataCheckpointHandler(grain.checkpoint.CheckpointHandler):
                 raise err from None
             said = str(err).removesuffix(CHANGES_NAMED).rstrip()  # said once: what changed
             raise ConfigMismatchError(f"{said} What changed: {changes}.") from None
-        if hasattr(item, "start_prefetch"):
-            item.start_prefetch()
-        return item
 
 
 @ocp.args.register_with_handler(DataCheckpointHandler, for_save=True)

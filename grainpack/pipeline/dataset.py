@@ -11,6 +11,7 @@ and on any process count (the global batches do not depend on either).
 from __future__ import annotations
 
 import atexit
+import collections
 import dataclasses
 import hashlib
 import logging
@@ -26,6 +27,7 @@ from absl import flags
 from grainpack.index.checks import check_bool, check_int
 from grainpack.index.mixing import SlotMixer
 from grainpack.index.slots import first_slot, rows_per_process
+from grainpack.pipeline.agreement import ProcessesDisagreeError, exchange, gather_fingerprints
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
@@ -308,9 +310,21 @@ class PipelineIterator(grain.DatasetIterator):
             damaged or edited: named where one bit or digit of it changed). A state written
             before the check value (no ``check``) has every check but that one.
         """
-        saved = IteratorState.from_dict(state)  # keys, types and version
         batches = self._batches
-        damage = check_damage(state, list(batches.config.sources))
+        names = list(batches.config.sources)
+        try:
+            saved = IteratorState.from_dict(state)  # keys, types and version
+        except ValueError as err:
+            try:  # which field, where the check value can say it
+                damage = check_damage(state, names)
+            except (TypeError, ValueError, AttributeError, KeyError):  # not ints: said already
+                damage = None
+            if damage is None:
+                raise
+            raise ValueError(
+                f"{err} (Its check value does not match either: {damage.message}.)"
+            ) from None
+        damage = check_damage(state, names)
         if damage is not None and damage.field in {"fingerprint", "process_count"}:
             # a damaged field, not another config or layout: say so (and never accept it)
             raise ValueError(f"corrupt grainpack iterator state: {damage.message}{_RESTORE}")
@@ -504,6 +518,52 @@ def _verification_failed(step: int, found: tuple[int, int] | None) -> ValueError
     )
 
 
+def _built_alike(
+    build: Callable[[], PipelineBatches], process_index: int | None, process_count: int | None
+) -> PipelineBatches:
+    """``build()``, compared across the processes of a multi-process JAX job when the
+    process layout is JAX's (neither ``process_index`` nor ``process_count`` given): every
+    process publishes its pipeline's fingerprint and description (or its error) and reads
+    the others'; if they differ, every process raises :class:`ProcessesDisagreeError`
+    naming the processes that differ from the most common pipeline and what differs."""
+    if process_index is not None or process_count is not None or jax.process_count() == 1:
+        return build()
+    topic = "pipeline"
+    try:
+        batches = build()
+    except Exception as err:
+        exchange(topic, {"error": f"{type(err).__name__}: {err}"})
+        raise
+    values = exchange(topic, {"fingerprint": batches.fingerprint, "describe": batches.describe()})
+    if values is None:  # no key-value store: the fingerprints alone, by a collective
+        values = [{"fingerprint": f} for f in gather_fingerprints(batches.fingerprint)]
+    failed = [(q, v["error"]) for q, v in enumerate(values) if "error" in v]
+    if failed:
+        q, words = failed[0]
+        raise ProcessesDisagreeError(
+            f"process {q} of {len(values)} could not build its pipeline ({words}), so this "
+            f"process ({jax.process_index()}) stops too, rather than waiting for it"
+        )
+    prints = [v["fingerprint"] for v in values]
+    common = collections.Counter(prints).most_common(1)[0][0]  # ties: the lowest process's
+    if all(f == common for f in prints):
+        return batches
+    ref = prints.index(common)
+    differ = []
+    for q, v in enumerate(values):
+        if v["fingerprint"] != common:
+            what = "what is not known (no key-value store)"
+            if "describe" in v and "describe" in values[ref]:
+                what = describe_changes(values[ref]["describe"], v["describe"])
+            differ.append(f"process {q} differs from process {ref} in: {what}")
+    raise ProcessesDisagreeError(
+        f"the {len(values)} processes of this JAX job built different pipelines, so their "
+        f"global batches would not fit together: {'; '.join(differ)}. Every process must "
+        "build the same config from the same corpora (fingerprints: "
+        f"{', '.join(f'{f:016x}' for f in prints)})"
+    )
+
+
 def make_dataset(
     config: PipelineConfig,
     *,
@@ -565,10 +625,15 @@ def make_dataset(
             '`if __name__ == "__main__":`'
         )
     check_int("worker_buffer_size", worker_buffer_size, minimum=1)
-    batches = PipelineBatches(config, process_count=count)
-    batches.sources  # noqa: B018 -- open the corpora now: bad paths fail here, not at next()
-    batches.warn_about_sources()
-    batches.check_index_memory(max_index_bytes, copies=max(1, worker_count))
+
+    def build() -> PipelineBatches:
+        batches = PipelineBatches(config, process_count=count)
+        batches.sources  # noqa: B018 -- open the corpora now: bad paths fail here, not at next()
+        batches.warn_about_sources()
+        batches.check_index_memory(max_index_bytes, copies=max(1, worker_count))
+        return batches
+
+    batches = _built_alike(build, process_index, process_count)
     ignore = check_bool("ignore_fingerprint_mismatch", ignore_fingerprint_mismatch)
     options = _Options(p, worker_count, worker_buffer_size, ignore)
     return PipelineDataset(batches, options)
@@ -613,8 +678,13 @@ def make_eval_dataset(
             )
         source = next(iter(config.sources))
     p, count = process_index_and_count(process_index, process_count)
-    batches = PipelineBatches(config, process_count=count, evaluation=source)
-    batches.check_index_memory(max_index_bytes)
+
+    def build() -> PipelineBatches:
+        batches = PipelineBatches(config, process_count=count, evaluation=source)
+        batches.check_index_memory(max_index_bytes)
+        return batches
+
+    batches = _built_alike(build, process_index, process_count)
     return grain.MapDataset.source(batches)[p::count].to_iter_dataset(READ_OPTIONS)
 
 
@@ -676,8 +746,13 @@ def make_data_loader(
     """
     worker_count = check_int("worker_count", worker_count)
     p, count = process_index_and_count(process_index, process_count)
-    batches = PipelineBatches(config, process_count=count)
-    batches.check_index_memory(max_index_bytes, copies=max(1, worker_count))
+
+    def build() -> PipelineBatches:
+        batches = PipelineBatches(config, process_count=count)
+        batches.check_index_memory(max_index_bytes, copies=max(1, worker_count))
+        return batches
+
+    batches = _built_alike(build, process_index, process_count)
     if worker_count and batches.adapts_online:
         raise ValueError(
             "a selector or weights that adapt online (a bandit) need workers that restart "
