@@ -146,7 +146,7 @@ def parser() -> argparse.ArgumentParser:
         "a corpus: a native corpus directory, a flat-shard directory with index.json, or a "
         "Megatron PREFIX (PREFIX.bin + PREFIX.idx)"
     )
-    eos_help = "flat-shard layout: a document ends after each of these tokens"
+    eos_help = "flat-shard format: a document ends after each of these tokens"
     p = command("inspect", "documents, tokens, dtype, length percentiles, max token id")
     p.add_argument("path", help=corpus_path)
     p.add_argument("--eos-id", type=_non_negative, default=None, help=eos_help)

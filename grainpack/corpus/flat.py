@@ -1,4 +1,4 @@
-"""The window loader's flat-shard layout: a directory with ``index.json`` (shard file name ->
+"""The window loader's flat-shard format: a directory with ``index.json`` (shard file name ->
 uint16 token count) and raw uint16 shards, read without conversion.
 """
 
@@ -19,7 +19,7 @@ from grainpack.index.checks import is_int
 _FIX = "expected an object mapping shard file name -> token count (int >= 0); fix index.json"
 
 
-def open_flat_layout(path: Path, *, eos_id: int | None = None) -> TokenShardSource:
+def open_flat_shards(path: Path, *, eos_id: int | None = None) -> TokenShardSource:
     """The window loader's layout: ``index.json`` (file name -> uint16 token count) + shards.
 
     Shards are read in sorted name order and empty ones skipped, as the window loader does. Each
@@ -50,7 +50,7 @@ def open_flat_layout(path: Path, *, eos_id: int | None = None) -> TokenShardSour
             "move the shards into the folder and list them by name"
         )
     if eos_id is not None and not 0 <= eos_id < 1 << 16:
-        raise ValueError(f"eos_id must fit the flat-shard layout's uint16 ids, got {eos_id=}")
+        raise ValueError(f"eos_id must fit the flat-shard format's uint16 ids, got {eos_id=}")
     # The salt keeps its historical name: fingerprints in saved checkpoints depend on it.
     digest = hashlib.sha256(b"grainpack/seed-layout\n" + raw + f"\neos_id={eos_id}\n".encode())
     records = []

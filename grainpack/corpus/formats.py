@@ -1,7 +1,7 @@
 """``open_corpus``: the one entry that knows every on-disk format.
 
 A directory with ``manifest.json`` is a native corpus (:mod:`grainpack.corpus.native`), a
-directory with ``index.json`` the window loader's flat-shard layout
+directory with ``index.json`` the window loader's flat-shard format
 (:mod:`grainpack.corpus.flat`), and a ``PREFIX`` with ``PREFIX.bin``/``PREFIX.idx`` a
 Megatron-LM indexed dataset (:mod:`grainpack.corpus.megatron`). Each becomes a
 :class:`~grainpack.corpus.source.TokenShardSource` without conversion.
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError, os_error
-from grainpack.corpus.flat import open_flat_layout
+from grainpack.corpus.flat import open_flat_shards
 from grainpack.corpus.megatron import open_megatron
 from grainpack.corpus.native import (
     MANIFEST_NAME,
@@ -38,7 +38,7 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
         path: A directory with ``manifest.json`` (native) or ``index.json`` (flat-shard
             layout: shard file name -> uint16 token count), or a Megatron ``PREFIX`` (also
             accepted: ``PREFIX.bin`` / ``PREFIX.idx``).
-        eos_id: Flat-shard layout: split each shard after every ``eos_id`` (a document ends with its
+        eos_id: Flat-shard format: split each shard after every ``eos_id`` (a document ends with its
             eos; tokens after the last eos form a final document); without it each non-empty
             shard is one document. Native/Megatron: recorded on the source only (a native
             corpus's own ``eos_id`` must agree).
@@ -78,7 +78,7 @@ def _open(p: Path, eos_id: int | None) -> TokenShardSource:
         if os.path.lexists(p / MANIFEST_NAME):
             return open_native(p, eos_id)
         if os.path.lexists(p / "index.json"):
-            return open_flat_layout(p, eos_id=eos_id)
+            return open_flat_shards(p, eos_id=eos_id)
         raise CorpusError(not_a_corpus(p))
     if p.is_file() and (p.parent / MANIFEST_NAME).is_file():  # a shard, not a Megatron .bin
         raise CorpusError(not_a_corpus(p))
@@ -96,7 +96,7 @@ def fingerprint(path: PathLike, *, eos_id: int | None = None) -> str:
     Native: sha256 of the canonical manifest JSON, which holds every file's sha256, or the
     stream's ``content_sha256`` and then leaves out the shard list (so the same documents cut
     into other shards keep the fingerprint).
-    Flat-shard layout: sha256 over index.json, ``eos_id`` and the shard file sizes.
+    Flat-shard format: sha256 over index.json, ``eos_id`` and the shard file sizes.
     Megatron: sha256 over the ``.idx`` bytes and the ``.bin`` size.
     """
     return open_corpus(path, eos_id=eos_id).fingerprint

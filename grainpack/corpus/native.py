@@ -333,7 +333,7 @@ def not_a_corpus(path: Path) -> str:
         pass
     return (
         f"{path} is not a corpus: expected a directory with {MANIFEST_NAME} (grainpack) or "
-        "index.json (flat-shard layout), or a Megatron prefix with PREFIX.bin and "
+        "index.json (flat-shard format), or a Megatron prefix with PREFIX.bin and "
         f"PREFIX.idx.{hint}"
     )
 

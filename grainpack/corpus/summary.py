@@ -13,7 +13,7 @@ of ``SUMMARY_BLOCK_DOCS`` documents::
 
 listed in the manifest (``summary_file``, ``summary_sha256`` per shard, and
 ``summary_block_docs``). Any multiple of that block size is a sum of stored totals. For
-every other case (format version 1, Megatron, the ``index.json`` layout, another block
+every other case (format version 1, Megatron, the ``index.json`` format, another block
 size) the totals are computed in one streaming pass over the memory-mapped offsets and
 cached outside the corpus, in ``$GRAINPACK_CACHE/summaries`` (default
 ``~/.cache/grainpack/summaries``), keyed by the corpus fingerprint and the block size: a

@@ -222,14 +222,14 @@ def verify_corpus(
     Native corpora: manifest schema (each file listed once), file sizes against the counts
     (truncation), sha256 of every file (flipped bytes) and of the whole stream
     (``content_sha256``), offsets (start 0, never decreasing, end = shard tokens), ids < vocab
-    size when recorded, the recorded ``max_token_id``. Flat-shard layout and Megatron: index
+    size when recorded, the recorded ``max_token_id``. Flat-shard format and Megatron: index
     structure and sizes, offsets, ids >= 0. Every format: ``eos_id`` (recorded or given) is an
     id the corpus can hold.
     Token files are scanned ``chunk_tokens`` at a time, so memory stays bounded.
 
     Args:
         path: Anything :func:`~grainpack.corpus.open_corpus` accepts.
-        eos_id: Passed to ``open_corpus`` (flat-shard layout: split documents at eos).
+        eos_id: Passed to ``open_corpus`` (flat-shard format: split documents at eos).
         progress: Show a tqdm progress bar over tokens.
         chunk_tokens: Tokens per scan step, 1 to ``MAX_CHUNK_TOKENS`` (2^30).
 

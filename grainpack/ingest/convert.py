@@ -288,7 +288,7 @@ def convert_corpus(
         dtype: Output dtype; default ``"uint16"`` for sources of at most 2 bytes per token,
             else ``"uint32"`` (ids are validated either way; nothing wraps).
         vocab_size: Default: the source's.
-        eos_id: Used to read ``src_path`` (flat-shard layout: split after each eos) and recorded in
+        eos_id: Used to read ``src_path`` (flat-shard format: split after each eos) and recorded in
             the output manifest; default: the source's.
         shard_tokens, overwrite: As for ``CorpusWriter``.
         progress: Show a tqdm progress bar over tokens.

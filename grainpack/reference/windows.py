@@ -56,9 +56,9 @@ class PackedStream:
     window the stream rolls over into the next epoch with a new order.
 
     Args:
-        path: corpus directory (flat-shard layout with ``index.json``, or native) or Megatron
+        path: corpus directory (flat-shard format with ``index.json``, or native) or Megatron
             prefix, or an already opened ``TokenShardSource``. Its token stream is the documents
-            concatenated in stored order (flat-shard layout: shards in sorted name order).
+            concatenated in stored order (flat-shard format: shards in sorted name order).
         seq_len: model sequence length; windows hold ``seq_len + 1`` tokens.
         seed: window-order seed, >= 0.
         lang: the language the stream holds, kept as ``lang`` (``MixedStream`` sets it).

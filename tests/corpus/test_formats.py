@@ -1,4 +1,4 @@
-"""open_corpus on the flat-shard index.json layout and Megatron .bin/.idx (no conversion)."""
+"""open_corpus on the flat-shard index.json format and Megatron .bin/.idx (no conversion)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _docs(src) -> list[list[int]]:
     return [src[i].tolist() for i in range(len(src))]
 
 
-# -- flat-shard layout ----------------------------------------------------------------------------
+# -- flat-shard format ----------------------------------------------------------------------------
 
 
 def _write_seed(path: Path, shards: dict[str, list[int]], counts: dict[str, int] | None = None):

@@ -13,8 +13,8 @@ from grainpack.ingest.writer import write_corpus
 from grainpack.reference.windows import MixedStream, PackedStream
 
 
-def write_flat_layout(directory, shards):
-    """The flat-shard layout: raw uint16 files plus index.json (name -> token count)."""
+def write_flat_shards(directory, shards):
+    """The flat-shard format: raw uint16 files plus index.json (name -> token count)."""
     directory.mkdir(parents=True, exist_ok=True)
     for name, tokens in shards.items():
         np.asarray(tokens, dtype=np.uint16).tofile(directory / name)
@@ -28,7 +28,7 @@ def abc_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("abc_dir")  # read-only: shared by the tests
     # Listed out of order on purpose: the stream is a.bin, c.bin (sorted, empty b.bin skipped)
     # = 0 1 2 ... 9 100 101 102 103 104.
-    return write_flat_layout(
+    return write_flat_shards(
         root / "abc",
         {"c.bin": range(100, 105), "b.bin": [], "a.bin": range(10)},
     )
@@ -38,10 +38,8 @@ def abc_dir(tmp_path_factory):
 def en_ar(tmp_path_factory):
     root = tmp_path_factory.mktemp("en_ar")  # read-only: shared by the tests
     # en tokens < 1000, ar tokens >= 1000: a row's language is visible in its values.
-    en = write_flat_layout(root / "en", {"0.bin": range(0, 40)})
-    ar = write_flat_layout(
-        root / "ar", {"0.bin": range(1000, 1030), "1.bin": range(2000, 2013)}
-    )
+    en = write_flat_shards(root / "en", {"0.bin": range(0, 40)})
+    ar = write_flat_shards(root / "ar", {"0.bin": range(1000, 1030), "1.bin": range(2000, 2013)})
     return {"en": en, "ar": ar}
 
 
@@ -224,7 +222,7 @@ def test_mixed_stream_sums_float32_probs_in_float32_as_the_seed(tmp_path):
     # float32 and `u < acc` compares in float32. Slot 4 of seed 11 has u = 0.54672472178...,
     # below the float64 sum of the first two (0.54672473669...) but not below their float32
     # sum: 'y' with Python floats, 'z' with float32 values.
-    langs = {k: write_flat_layout(tmp_path / k, {"0.bin": range(i, i + 40)})
+    langs = {k: write_flat_shards(tmp_path / k, {"0.bin": range(i, i + 40)})
              for i, k in ((0, "x"), (100, "y"), (200, "z"))}  # fmt: skip
     a, b = np.float32(0.25), np.float32(0.29672474)
     probs32 = [a, b, np.float32(1) - a - b]
