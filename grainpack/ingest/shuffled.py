@@ -83,6 +83,10 @@ def write_shuffled(
     out = Path(os.path.abspath(out))
     check_target(out, overwrite=overwrite)  # before the work
     staged = staged_path(out)
+    try:  # its lock file goes beside OUT (-o corpus/web in a fresh folder)
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # permissions, a read-only file system
+        raise os_error(err, "creating the folder of", out) from None
     try:  # held by the whole write: one shuffled write of OUT uses its staged corpus
         lock = write_lock(key_file(staged))
     except CorpusExistsError as err:
