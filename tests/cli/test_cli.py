@@ -360,14 +360,16 @@ def test_an_interrupted_shuffle_keeps_the_tokenized_corpus(tmp_path, capsys, mon
 def test_a_shuffle_build_that_cannot_record_its_key_leaves_nothing(tmp_path, capsys, monkeypatch):
     (tmp_path / "a.jsonl").write_text('{"text": "doc"}\n')
     argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "bytes", "--workers", "1"]
-    write_text = type(tmp_path).write_text
+    from grainpack.ingest import shuffled
 
-    def full(path, *args, **kwargs):
+    write_synced = shuffled.write_synced
+
+    def full(path, data):
         if path.name.endswith(".key"):
             raise OSError(28, "No space left on device", str(path))
-        return write_text(path, *args, **kwargs)
+        return write_synced(path, data)
 
-    monkeypatch.setattr(type(tmp_path), "write_text", full)
+    monkeypatch.setattr(shuffled, "write_synced", full)
     assert main([*argv, "--shuffle", "3", "-o", str(tmp_path / "o")]) == 1
     assert capsys.readouterr().err == (  # was a bare OSError, and the copy stayed
         f"grainpack build: error: writing {tmp_path}/.o.unshuffled.key: No space left on "

@@ -147,7 +147,7 @@ def test_a_failed_rebuild_keeps_the_old_corpus(tmp_path):
     with pytest.raises(gp.CorpusExistsError, match="pass overwrite=True"):
         build_corpus(good, tmp_path / "out", tokenizer="bytes", workers=1)
     (tmp_path / "bad.jsonl").write_text('{"text": 1}\n')
-    with pytest.raises(ValueError, match="found 'text' = int"):
+    with pytest.raises(ValueError, match="line 1 at byte 0 has a number in 'text', not a string"):
         build_corpus(tmp_path / "bad.jsonl", tmp_path / "out", tokenizer="bytes", overwrite=True)
     assert gp.open_corpus(tmp_path / "out").fingerprint == old.fingerprint
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
