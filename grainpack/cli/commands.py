@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from grainpack.cli.parser import pairs, stage, weight
+
 # build options that apply to text (with --tokenizer) only, by argparse dest
 TEXT_ONLY = {
     "pattern": "--tiktoken-pattern",
@@ -257,16 +259,16 @@ def _config(args: argparse.Namespace) -> Any:
                 f"a {type(fields).__name__}"
             )
     if args.source:
-        fields["sources"] = _pairs(args.source, "--source")
+        fields["sources"] = pairs(args.source, "--source")
     if args.weight and args.stage:
         raise ValueError("give either --weight (fixed weights) or --stage (a schedule)")
     if args.weight:
-        fields["weights"] = _pairs(args.weight, "--weight", _weight)
+        fields["weights"] = pairs(args.weight, "--weight", weight)
         for name, p in fields["weights"].items():  # as the config says, in flags
             if not p > 0:
                 raise ValueError(f"--weight {name!r} must be > 0; got {p} (drop a source instead)")
     if args.stage:
-        fields["weights"] = [_stage(text) for text in args.stage]
+        fields["weights"] = [stage(text) for text in args.stage]
     for key in ("block", "global_batch_size", "seed", "unit", "boundary_id", "pad_id"):
         if getattr(args, key) is not None:
             fields[key] = getattr(args, key)
@@ -282,44 +284,6 @@ def _config(args: argparse.Namespace) -> Any:
             raise
         raise ValueError(f"--config {args.config}: {err}") from None  # a JSON value's type too
     return config
-
-
-def _pairs(items: Sequence[str], what: str, cast: Any = str) -> dict[str, Any]:
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise ValueError(f"{what} must look like NAME=VALUE; got {item!r}")
-        if name in out:
-            raise ValueError(f"{what} names {name!r} twice ({item!r}); give each name once")
-        try:
-            out[name] = cast(value)
-        except ValueError as err:
-            raise ValueError(f"{what} {item!r}: {err}") from None
-    return out
-
-
-def _weight(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a number") from None
-
-
-def _stage(text: str) -> tuple[int, dict[str, float], int]:
-    """``STEP[+RAMP]:NAME=P,NAME=P`` -> ``(start, {name: p}, ramp)``."""
-    when, _, weights = text.partition(":")
-    start, _, ramp = when.partition("+")
-    try:
-        for what, number in (("STEP", start), ("RAMP", ramp or "0")):
-            if not number.strip().isdigit():
-                raise ValueError(f"{what} {number!r} is not a whole number")
-        return int(start), _pairs(weights.split(","), "--stage weights", _weight), int(ramp or 0)
-    except ValueError as err:
-        raise ValueError(
-            f"--stage must look like STEP[+RAMP]:NAME=P,NAME=P (e.g. 5000+100:en=0.5,fr=0.5); "
-            f"got {text!r} ({err})"
-        ) from None
 
 
 def _table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
+from typing import Any
 
 EPILOG = {
     "build": """examples:
@@ -309,3 +311,43 @@ def flags(parser: argparse.ArgumentParser, name: str) -> dict[str, str]:
         for a in command_parser(parser, name)._actions
         if a.option_strings and a.dest != "help"
     }
+
+
+def pairs(items: Sequence[str], what: str, cast: Any = str) -> dict[str, Any]:
+    """``NAME=VALUE`` items (``--source``, ``--weight``) -> ``{name: cast(value)}``."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"{what} must look like NAME=VALUE; got {item!r}")
+        if name in out:
+            raise ValueError(f"{what} names {name!r} twice ({item!r}); give each name once")
+        try:
+            out[name] = cast(value)
+        except ValueError as err:
+            raise ValueError(f"{what} {item!r}: {err}") from None
+    return out
+
+
+def weight(text: str) -> float:
+    """A ``--weight`` or ``--stage`` value: a number."""
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+
+
+def stage(text: str) -> tuple[int, dict[str, float], int]:
+    """``STEP[+RAMP]:NAME=P,NAME=P`` -> ``(start, {name: p}, ramp)``."""
+    when, _, weights = text.partition(":")
+    start, _, ramp = when.partition("+")
+    try:
+        for what, number in (("STEP", start), ("RAMP", ramp or "0")):
+            if not number.strip().isdigit():
+                raise ValueError(f"{what} {number!r} is not a whole number")
+        return int(start), pairs(weights.split(","), "--stage weights", weight), int(ramp or 0)
+    except ValueError as err:
+        raise ValueError(
+            f"--stage must look like STEP[+RAMP]:NAME=P,NAME=P (e.g. 5000+100:en=0.5,fr=0.5); "
+            f"got {text!r} ({err})"
+        ) from None
