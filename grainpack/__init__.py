@@ -48,6 +48,7 @@ _FRONT_DOOR = {
     "CheckpointRestore": "grainpack.orbax",
     "CheckpointSave": "grainpack.orbax",
     "ConfigMismatchError": "grainpack.pipeline",
+    "ProcessesDisagreeError": "grainpack.pipeline",
     "CorpusError": "grainpack.corpus",
     "CorpusExistsError": "grainpack.corpus",
     "CorpusNotFoundError": "grainpack.corpus",
@@ -158,6 +159,7 @@ if TYPE_CHECKING:
     from grainpack.pipeline import ConfigMismatchError as ConfigMismatchError
     from grainpack.pipeline import PipelineConfig as PipelineConfig
     from grainpack.pipeline import PipelineIterator as PipelineIterator
+    from grainpack.pipeline import ProcessesDisagreeError as ProcessesDisagreeError
     from grainpack.pipeline import make_dataset as make_dataset
     from grainpack.pipeline import make_eval_dataset as make_eval_dataset
     from grainpack.reference import MixedStream as MixedStream

@@ -106,7 +106,7 @@ RELEASE_0_1_0 = """
 """.split()  # noqa: SIM905
 
 # Names the front door gained after release 0.1.0.
-NEW_IN_THE_FRONT_DOOR = {"ExactOrder"}
+NEW_IN_THE_FRONT_DOOR = {"ExactOrder", "ProcessesDisagreeError"}
 
 # The names the two specifications give their API (grainpack.<name>, never a warning).
 SPECIFICATION_NAMES = {

@@ -6,7 +6,9 @@ Only ``grainpack.pipeline.dataset`` and ``grainpack.pipeline.elements`` import G
 Exported: ``PipelineConfig``, ``make_dataset`` (-> a Grain dataset whose iterator is a
 ``PipelineIterator``; its state is the step), ``make_eval_dataset``, ``make_data_loader``
 (the same batches through ``grain.DataLoader``), ``ConfigMismatchError`` (a restore
-into another pipeline) and ``describe_step`` (what a step holds: ``grainpack show-step``).
+into another pipeline), ``ProcessesDisagreeError`` (the processes of a job built different
+pipelines, or one refused a restore) and ``describe_step`` (what a step holds: ``grainpack
+show-step``).
 The accounting is exported by :mod:`grainpack.mixing`.
 """
 
@@ -20,6 +22,7 @@ _EXPORTS = {
     "ConfigMismatchError": "grainpack.pipeline.dataset",
     "PipelineConfig": "grainpack.pipeline.config",
     "PipelineIterator": "grainpack.pipeline.dataset",
+    "ProcessesDisagreeError": "grainpack.pipeline.agreement",
     "describe_step": "grainpack.pipeline.show",
     "make_data_loader": "grainpack.pipeline.dataset",
     "make_dataset": "grainpack.pipeline.dataset",
@@ -27,6 +30,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from grainpack.pipeline.agreement import ProcessesDisagreeError as ProcessesDisagreeError
     from grainpack.pipeline.config import PipelineConfig as PipelineConfig
     from grainpack.pipeline.dataset import ConfigMismatchError as ConfigMismatchError
     from grainpack.pipeline.dataset import PipelineIterator as PipelineIterator
