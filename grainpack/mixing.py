@@ -14,8 +14,9 @@ The online weights (``MixtureBandit``) are in :mod:`grainpack.curriculum`.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from grainpack.lazy import exports
 
 # name -> its module, loaded on first use (tests/test_layers.py checks the imports below).
 _EXPORTS = {
@@ -48,13 +49,4 @@ if TYPE_CHECKING:
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = exports(__name__, _EXPORTS)

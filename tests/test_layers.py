@@ -35,7 +35,8 @@ def allowed(module: str, own: tuple[str, ...]) -> bool:
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "index").glob("*.py")), ids=lambda p: p.name)
 def test_index_imports_numpy_and_the_standard_library_only(path):
-    bad = sorted(m for m in imports_of(path) if not allowed(m, ("grainpack.index",)))
+    own = ("grainpack.index", "grainpack.lazy")
+    bad = sorted(m for m in imports_of(path) if not allowed(m, own))
     assert bad == [], f"{path.name} imports {bad}: the index layer is pure index math"
 
 
@@ -48,13 +49,14 @@ def test_lower_layers_never_import_the_pipeline_jax_or_orbax(layer):
             assert not module.startswith(("grainpack.pipeline", "grainpack.jax", "grainpack.orbax"))
 
 
-# the README's layer table: the grainpack layers each lower layer may import
+# the README's layer table: the grainpack layers each lower layer may import (and every layer
+# grainpack/lazy.py, the standard-library helper of the namespaces' lazy exports)
 BELOW = {"corpus": ("index",), "curriculum": ("index",), "reference": ("index", "corpus")}
 
 
 @pytest.mark.parametrize("layer", sorted(BELOW))
 def test_lower_layers_import_only_the_layers_the_readme_names(layer):
-    own = tuple(f"grainpack.{name}" for name in (layer, *BELOW[layer]))
+    own = tuple(f"grainpack.{name}" for name in (layer, *BELOW[layer], "lazy"))
     for path in (PACKAGE / layer).glob("*.py"):
         bad = [m for m in imports_of(path) if m.startswith("grainpack") and not m.startswith(own)]
         assert bad == [], f"{path} imports {bad}"
