@@ -18,8 +18,8 @@ def test_docstring_examples_leave_no_temporary_folders(tmp_path):
     temp.mkdir()
     env = {**os.environ, "TMPDIR": str(temp)}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", f"--basetemp={base}",
-         str(ROOT / "grainpack")],
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+         f"--basetemp={base}", str(ROOT / "grainpack")],
         capture_output=True, text=True, env=env, cwd=ROOT,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:]
