@@ -41,6 +41,7 @@ from grainpack.index.stream import MIN_EPOCH_COST, EpochRows
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.expand import compact_rows, expand_rows
 from grainpack.pipeline.gather import RowReader
+from grainpack.pipeline.pool import ArrayPool
 
 FORMAT_VERSION = 1
 # One Grain element plans about ELEMENT_TOKENS tokens in whole steps, at most ELEMENT_STEPS:
@@ -544,14 +545,14 @@ class CheckedReader:
     def __getattr__(self, name: str) -> object:  # only for names this class lacks
         return getattr(self.__dict__["reader"], name)
 
-    def read(self, first: int, stop: int) -> np.ndarray:
+    def read(self, first: int, stop: int, *, pool: ArrayPool | None = None) -> np.ndarray:
         """:meth:`RowReader.read`, after the check."""
         now = time.monotonic()
         if now - self.checked > CHECK_SECONDS:
             for j, shards in self.reader.shards.items():
                 self.sources[j].check_files(shards)
             self.checked = now
-        return self.reader.read(first, stop)
+        return self.reader.read(first, stop, pool=pool)
 
 
 def _size(n: int) -> str:

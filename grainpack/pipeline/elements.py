@@ -22,6 +22,7 @@ from grainpack.index.packed import PackedRows
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.expand import compact_rows, describe_rows, expand_rows
 from grainpack.pipeline.gather import RowReader
+from grainpack.pipeline.pool import ArrayPool
 
 # Batches whose int32 arrays are smaller than this are read and expanded in groups of about
 # this size (numpy's per-call cost would dominate); larger ones one per next(), so that every
@@ -88,6 +89,8 @@ class ExpandedBatches:
         self.described: dict[str, np.ndarray] | None = None
         self.next_row = 0
         self.pending: collections.deque[dict[str, np.ndarray]] = collections.deque()
+        # Arrays of 256 rows of 2048 are MBs: fresh ones cost a page fault per 4 KiB.
+        self.pool = ArrayPool()
 
     def __next__(self) -> dict[str, np.ndarray]:
         if not self.pending:
@@ -104,10 +107,10 @@ class ExpandedBatches:
                     self.described = describe_rows(element, block=block, shared=shared)
             first = self.next_row
             self.next_row = min(first + self.group, self.plan.num_rows)
-            tokens = self.reader.read(first, self.next_row)
+            tokens = self.reader.read(first, self.next_row, pool=self.pool)
             if self.compact:
                 return compact_rows(self.plan, tokens, first=first, rows=self.described)
-            arrays = expand_rows(self.plan, tokens, first=first)
+            arrays = expand_rows(self.plan, tokens, first=first, pool=self.pool)
             if self.next_row - first == self.rows:
                 return arrays
             self.pending.extend(
@@ -126,3 +129,4 @@ class ExpandedBatches:
         # stopped its workers made close() wait for them.
         self.plan = self.reader = self.described = None
         self.pending.clear()
+        self.pool.clear()

@@ -38,6 +38,7 @@ import numpy as np
 
 from grainpack.index.packed import PackedRows, segment_bits
 from grainpack.pipeline import fast
+from grainpack.pipeline.pool import ArrayPool
 
 __all__ = [
     "COMPACT_KEYS",
@@ -53,12 +54,18 @@ FULL_KEYS = ("inputs", "targets", "segment_ids", "positions", "loss_mask")
 
 
 def expand_rows(
-    packed: PackedRows, tokens: np.ndarray, *, first: int = 0, compiled: bool = True
+    packed: PackedRows,
+    tokens: np.ndarray,
+    *,
+    first: int = 0,
+    compiled: bool = True,
+    pool: ArrayPool | None = None,
 ) -> dict[str, np.ndarray]:
     """The model arrays (module docstring) of rows ``[first, first + len(tokens))`` of rows
     packed by :func:`pack_rows`, given their ``tokens`` (``RowReader.read``); fresh arrays.
     With numba installed (and ``compiled``), :func:`grainpack.pipeline.compiled.expand`
-    writes them, one pass each (the same arrays as numpy's, about twice as fast).
+    writes them, one pass each (the same arrays as numpy's, about twice as fast), into
+    arrays of ``pool`` when given (recycled memory, no fresh pages to fault in).
 
     Example:
       >>> tokens = np.array([[5, 6, 7, 8], [9, 0, 0, 0]], dtype=np.uint16)
@@ -76,7 +83,8 @@ def expand_rows(
     lo, hi = int(packed.row_piece[first]), int(packed.row_piece[first + n])
     found = fast.kernels() if compiled else None
     if found is not None:
-        batch = {key: np.empty((n, block), dtype=np.int32) for key in FULL_KEYS}
+        empty = np.empty if pool is None else pool.empty
+        batch = {key: empty((n, block), np.int32) for key in FULL_KEYS}
         layout = (packed.start, packed.count, packed.segment, lo, hi, packed.filled, first)
         if found.expand(tokens, *layout, *batch.values()) < 0:
             raise RuntimeError(

@@ -22,6 +22,7 @@ import numpy as np
 from grainpack.corpus.errors import CorpusError
 from grainpack.index.packed import PackedRows
 from grainpack.pipeline import fast
+from grainpack.pipeline.pool import ArrayPool
 
 __all__ = ["RowReader", "TokenStream", "token_dtype"]
 
@@ -160,8 +161,9 @@ class RowReader:
             items = self.dtype.itemsize
             self.sizes = np.array([0 if h is None else len(h) // items for h in held])
 
-    def read(self, first: int, stop: int) -> np.ndarray:
-        """The tokens ``(stop - first, block + 1)`` of rows ``[first, stop)`` (a new array)."""
+    def read(self, first: int, stop: int, *, pool: ArrayPool | None = None) -> np.ndarray:
+        """The tokens ``(stop - first, block + 1)`` of rows ``[first, stop)`` (a new array;
+        the compiled gather's is of ``pool`` when given)."""
         p0, p1 = self.row_pieces.item(first), self.row_pieces.item(stop)
         m0, m1 = self.row_marks.item(first), self.row_marks.item(stop)
         if self.kernel is None:  # the join needs every column as Python ints
@@ -172,7 +174,8 @@ class RowReader:
             if (check := self.checks[g]) is not None:
                 check()
         if self.kernel is not None:
-            tokens = np.empty((stop - first) * self.width, self.dtype)
+            size = (stop - first) * self.width
+            tokens = np.empty(size, self.dtype) if pool is None else pool.empty((size,), self.dtype)
             boundary = 0 if self.boundary_id is None else self.boundary_id
             args = (self.table, p0, p1, self.marks, m0, m1, first * self.width, boundary)
             if self.kernel(tokens, self.addresses, self.sizes, *args) < 0:

@@ -790,11 +790,11 @@ def test_an_exception_inside_next_skips_nothing(two_sources, monkeypatch):
     got = take(it, 5)
     read, calls = RowReader.read, []
 
-    def interrupted_once(self, first, stop):
+    def interrupted_once(self, first, stop, **kwargs):
         calls.append(first)
         if len(calls) == 1:
             raise KeyboardInterrupt
-        return read(self, first, stop)
+        return read(self, first, stop, **kwargs)
 
     monkeypatch.setattr(RowReader, "read", interrupted_once)
     while len(got) < 600:
