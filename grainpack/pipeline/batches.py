@@ -41,6 +41,7 @@ from grainpack.index.stream import MIN_EPOCH_COST, EpochRows
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.expand import compact_rows, expand_rows
 from grainpack.pipeline.gather import RowReader
+from grainpack.pipeline.packing import best_fit_stream
 from grainpack.pipeline.pool import ArrayPool
 
 FORMAT_VERSION = 1
@@ -214,6 +215,8 @@ class PipelineBatches:
                 block_tokens=functools.partial(block_tokens, source),
                 name=name,
             )
+            if cfg.packing == "best_fit":  # the order's documents, packed whole
+                rows = best_fit_stream(rows, max_segments=cfg.max_segments)
             rows.replay_limit = MAX_REPLAY_DOCUMENTS  # what one plan may replay
             self._rows[j] = rows
         return rows

@@ -21,7 +21,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["expand", "gather"]
+__all__ = ["best_fit", "expand", "gather"]
 
 
 @intrinsic
@@ -204,3 +204,65 @@ def expand(
             for i in range(max(f - 1, 0), block):
                 loss_mask[r, i] = 0
     return 0
+
+
+@numba.njit(nogil=True, cache=True)
+def best_fit(sizes: np.ndarray, width: int, max_segments: int) -> tuple[np.ndarray, int]:
+    """:func:`grainpack.index.bestfit.best_fit_rows`, compiled: the same rows for the same
+    pieces. Open rows are kept in a stack per room (the row that got the room last on top);
+    a segment tree over rooms finds the least room that holds a piece in ``O(log width)``."""
+    n = len(sizes)
+    row = np.empty(n, dtype=np.int64)
+    top = np.full(width + 1, -1, dtype=np.int64)  # per room: the open row on top of its stack
+    below = np.empty(max(n, 1), dtype=np.int64)  # per row: the row under it in its stack
+    pieces = np.zeros(max(n, 1), dtype=np.int64)
+    leaves = 1
+    while leaves < width + 1:
+        leaves *= 2
+    tree = np.zeros(2 * leaves, dtype=np.bool_)  # a node is set if a room under it is open
+    opened = 0
+    for i in range(n):
+        size = sizes[i]
+        # the least open room >= size, or -1
+        node = leaves + size
+        found = -1
+        if tree[node]:
+            found = size
+        else:
+            while True:
+                while node & 1:
+                    node >>= 1
+                if node == 0:
+                    break
+                node += 1
+                if tree[node]:
+                    while node < leaves:
+                        node = 2 * node if tree[2 * node] else 2 * node + 1
+                    found = node - leaves
+                    break
+        if found < 0:
+            r = opened
+            opened += 1
+            room = width - size
+            pieces[r] = 1
+        else:
+            r = top[found]
+            top[found] = below[r]
+            if top[found] < 0:  # the room's stack is empty: clear it in the tree
+                node = leaves + found
+                tree[node] = False
+                node >>= 1
+                while node >= 1 and not (tree[2 * node] or tree[2 * node + 1]):
+                    tree[node] = False
+                    node >>= 1
+            room = found - size
+            pieces[r] += 1
+        row[i] = r
+        if room > 0 and (max_segments == 0 or pieces[r] < max_segments):
+            below[r] = top[room]
+            top[room] = r
+            node = leaves + room
+            while node >= 1 and not tree[node]:
+                tree[node] = True
+                node >>= 1
+    return row, opened

@@ -22,6 +22,7 @@ from grainpack.index.weights import content_probabilities
 
 Unit = Literal["documents", "windows"]
 Layout = Literal["full", "compact"]
+Packing = Literal["concat", "best_fit"]
 
 # Every process plans each row of a global batch (int64 arrays of global_batch_size a step):
 # 2^24 rows (128 MiB an array) is far past any real batch; 2**62 failed in next() with
@@ -109,6 +110,13 @@ class PipelineConfig:
         ``segment_starts``, ``filled``), expanded on the accelerator by
         :func:`grainpack.expand` into exactly the full layout's arrays. Does not change
         any token (not part of the fingerprint: a checkpoint restores in either layout).
+      packing: ``"concat"`` (the default, the specifications' rule: documents laid end to
+        end and cut every ``block + 1`` tokens) or ``"best_fit"`` (documents unit: each
+        window of the order, or each epoch of the exact order, packed by best-fit decreasing;
+        no document that fits a row is cut, see :mod:`grainpack.index.bestfit` and the
+        README's "Packing"). Part of the fingerprint when not the default.
+      max_segments: ``packing="best_fit"`` only: at most this many documents per row
+        (``None``: no limit). Part of the fingerprint when set.
 
     Example:
       >>> cfg = PipelineConfig(sources={"en": "/data/en", "fr": "/data/fr"}, block=2048,
@@ -131,6 +139,8 @@ class PipelineConfig:
     provenance: bool = False
     order: Literal["exact"] | ExactOrder | BlockedOrder = "exact"
     layout: Layout = "full"
+    packing: Packing = "concat"
+    max_segments: int | None = None
 
     def __new__(cls, *args: Any, **fields: Any) -> PipelineConfig:
         known = [f.name for f in dataclasses.fields(cls)]
@@ -181,6 +191,7 @@ class PipelineConfig:
             )
         if self.unit not in ("documents", "windows"):
             raise ValueError(f"unit must be 'documents' or 'windows'; got {self.unit!r}")
+        self._check_packing()
         if self.order == "exact":
             object.__setattr__(self, "order", ExactOrder())
         if not isinstance(self.order, ExactOrder | BlockedOrder):
@@ -225,6 +236,29 @@ class PipelineConfig:
                 object.__setattr__(self, field, self._stages(field, value))
         object.__setattr__(self, "_schedule", self._compute_schedule())
         object.__setattr__(self, "_validated", self._mappings())
+
+    def _check_packing(self) -> None:
+        if self.packing not in ("concat", "best_fit"):
+            raise ValueError(
+                "packing must be 'concat' (documents end to end, cut every block + 1 tokens) "
+                f"or 'best_fit' (whole documents packed into rows); got {self.packing!r}"
+            )
+        if self.packing == "best_fit" and self.unit != "documents":
+            raise ValueError(
+                f"packing='best_fit' packs documents, but unit={self.unit!r} cuts fixed "
+                "windows of the stored token stream, which hold no whole documents; use "
+                "unit='documents' with best_fit, or packing='concat' with windows"
+            )
+        if self.max_segments is not None:
+            if self.packing != "best_fit":
+                raise ValueError(
+                    f"max_segments={self.max_segments!r} applies to packing='best_fit' only "
+                    f"(packing={self.packing!r} lays documents end to end); drop it or set "
+                    "packing='best_fit'"
+                )
+            object.__setattr__(
+                self, "max_segments", check_int("max_segments", self.max_segments, minimum=1)
+            )
 
     def _mappings(self) -> str:
         """The mappings as validated (a schedule object is checked, not its state)."""
@@ -491,7 +525,14 @@ class PipelineConfig:
             "boundary_id": self.boundary_id,
             "pad_id": self.pad_id,
             "sequence_selector": selector,
-        } | self.order.fingerprint()
+        } | self.order.fingerprint() | self._packing_description()
+
+    def _packing_description(self) -> dict[str, Any]:
+        """Nothing for the default ``concat`` (fingerprints of saved checkpoints stay valid),
+        else the packing and its ``max_segments``."""
+        if self.packing == "concat":
+            return {}
+        return {"packing": self.packing, "max_segments": self.max_segments}
 
 
 def _schedule(field: str, stages: list[Stage]) -> MixtureSchedule:

@@ -1,0 +1,170 @@
+"""Best-fit packing (grainpack.index.bestfit): every document once per epoch, no document
+that fits a row cut, max_segments, row counts from sizes only, and exact pinned values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grainpack.index.bestfit import BestFitRows, best_fit_rows, count_rows, pack_window
+from grainpack.index.blocked import BlockedOrder, BlockedRows
+from grainpack.index.stream import SourceRows
+
+
+class Offsets:
+    """Document offsets of a corpus of these lengths (what BlockedRows reads)."""
+
+    def __init__(self, lengths: np.ndarray) -> None:
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.num_tokens = int(self.offsets[-1])
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def offsets_between(self, first: int, stop: int) -> np.ndarray:
+        return self.offsets[first : stop + 1]
+
+    def block_tokens(self, c: int) -> np.ndarray:
+        return np.diff(self.offsets[np.minimum(np.arange(0, len(self) + c, c), len(self))])[
+            : -(-len(self) // c)
+        ]
+
+
+def lengths_of(n: int, seed: int, high: int = 40) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, high, size=n)
+    lengths[rng.integers(0, n, size=n // 10)] = rng.integers(high, 3 * high, size=n // 10)
+    return lengths
+
+
+def stream(kind: str, lengths: np.ndarray, *, block: int, boundary: bool, seed: int = 3, **kw):
+    if kind == "exact":
+        inner = SourceRows(lengths, unit="documents", block=block, seed=seed, boundary=boundary)
+    else:
+        corpus = Offsets(lengths)
+        order = BlockedOrder(block_docs=8, window_blocks=4)
+        inner = BlockedRows(
+            corpus,
+            order=order,
+            unit="documents",
+            block=block,
+            seed=seed,
+            boundary=boundary,
+            block_tokens=corpus.block_tokens(8),
+            plan_ahead=False,
+        )
+    return BestFitRows(inner, **kw)
+
+
+def check_epoch(rows: BestFitRows, epoch: int, lengths: np.ndarray, max_segments=None) -> None:
+    """Every document once, reassembled exactly; no fitting document cut; rows full width
+    at most; max_segments; filled = the pieces' tokens."""
+    width, b = rows.block + 1, int(rows.boundary)
+    n = rows.rows_in_epoch(epoch)
+    s = rows.spans(epoch, np.arange(n))
+    sizes = s.length + s.boundary
+    assert (np.bincount(s.row, weights=sizes, minlength=n).astype(int) == s.filled).all()
+    assert (s.filled <= width).all() and (s.filled > 0).all()
+    first = np.searchsorted(s.row, s.row)  # each piece's offset follows the one before it
+    expected = np.cumsum(sizes) - sizes - (np.cumsum(sizes) - sizes)[first]
+    assert (s.offset == expected).all()
+    if max_segments is not None:
+        assert np.bincount(s.row).max() <= max_segments
+    by_doc = np.lexsort((s.start, s.document))
+    doc, start, length, bnd = (x[by_doc] for x in (s.document, s.start, s.length, s.boundary))
+    present = np.flatnonzero(lengths + b > 0)
+    assert np.array_equal(np.unique(doc), present)  # each document, none twice (below)
+    for d in present.tolist():
+        mine = doc == d
+        ends = start[mine] + length[mine]
+        assert start[mine][0] == 0 and (start[mine][1:] == ends[:-1]).all()  # tiles it
+        assert ends[-1] == lengths[d]
+        assert bnd[mine].tolist() == [False] * (mine.sum() - 1) + [bool(b)]
+        size = lengths[d] + b
+        assert mine.sum() == -(-size // width)  # cut into full rows only if longer
+    assert int(s.filled.sum()) == int((lengths + b).sum()) == rows.epoch_tokens(epoch)
+
+
+@pytest.mark.parametrize("kind", ["exact", "blocked"])
+@pytest.mark.parametrize("boundary", [False, True])
+@pytest.mark.parametrize("max_segments", [None, 1, 3])
+def test_every_document_once_per_epoch_and_no_fitting_document_cut(kind, boundary, max_segments):
+    lengths = lengths_of(300, seed=1)
+    rows = stream(kind, lengths, block=31, boundary=boundary, max_segments=max_segments)
+    for epoch in (0, 1, 2):
+        check_epoch(rows, epoch, lengths, max_segments)
+
+
+def test_rows_of_an_epoch_are_in_a_keyed_order_not_by_length():
+    lengths = lengths_of(400, seed=2)
+    rows = stream("exact", lengths, block=31, boundary=True)
+    n = rows.rows_in_epoch(0)
+    fills = [rows.spans(e, np.arange(n)).filled for e in (0, 1)]
+    assert not (np.diff(fills[0]) <= 0).all() and not (np.diff(fills[0]) >= 0).all()
+    assert not np.array_equal(fills[0], fills[1])  # another order each epoch
+    again = stream("exact", lengths, block=31, boundary=True).spans(0, np.arange(n))
+    assert np.array_equal(again.filled, fills[0])  # a pure function of (seed, epoch)
+
+
+def test_row_count_depends_on_the_sizes_only():
+    lengths = lengths_of(500, seed=4)
+    rows = stream("exact", lengths, block=31, boundary=True, max_segments=2)
+    assert rows.rows_per_epoch == rows._table(0).rows[-1] == rows._table(3).rows[-1]
+    shuffled = np.random.default_rng(0).permutation(lengths)
+    assert count_rows(shuffled, width=32, boundary=True, max_segments=2)[0] == rows.rows_per_epoch
+
+
+def test_blocked_rows_are_located_from_per_window_row_counts():
+    lengths = lengths_of(300, seed=5)
+    rows = stream("blocked", lengths, block=31, boundary=True)
+    table = rows._table(0)
+    assert rows.num_windows == 10 and len(table.rows) == 11
+    n = rows.rows_in_epoch(0)
+    whole = rows.spans(0, np.arange(n))
+    picked = np.array([n - 1, 0, int(table.rows[3]), int(table.rows[3]) - 1, 17])
+    some = rows.spans(0, picked)  # any rows, in any order: the same spans
+    for k, r in enumerate(picked.tolist()):
+        a, b = whole.row == r, some.row == k
+        for field in ("offset", "document", "start", "length", "boundary"):
+            assert np.array_equal(getattr(whole, field)[a], getattr(some, field)[b])
+    assert rows.real_tokens_before(int(table.rows[3]) + 2) == int(
+        table.tokens[3] + whole.filled[table.rows[3] : table.rows[3] + 2].sum()
+    )
+
+
+def test_best_fit_places_pieces_exactly():
+    rows, n = best_fit_rows(np.array([7, 6, 5, 4, 3, 3, 2, 1, 1]), 10)
+    assert (rows.tolist(), n) == ([0, 1, 2, 1, 0, 2, 2, 3, 3], 4)
+    rows, n = best_fit_rows(np.array([4, 3, 3, 2, 1, 1]), 10, max_segments=2)
+    assert (rows.tolist(), n) == ([0, 0, 1, 1, 2, 2], 3)
+
+
+def test_pack_window_golden():
+    # sizes with the boundary: 21, 5, 9, 11, 2, 7 into rows of 10; ties keep window order
+    w = pack_window(
+        np.array([10, 11, 12, 13, 14, 15]),
+        np.array([20, 4, 8, 10, 1, 6]),
+        width=10,
+        boundary=True,
+        key=7,
+    )
+    table = list(zip(w.document.tolist(), w.start.tolist(), w.length.tolist(), w.offset.tolist()))
+    # tails by size: 12 (9), 15 (7), 11 (5), 14 (2), 10 (1), 13 (1): 9 opens A, 7 opens B,
+    # 5 opens C, 2 -> B (room 3), 1 -> B (room 1, got it last), 1 -> A; then the keyed order
+    assert w.first.tolist() == [0, 2, 5, 6, 7, 8, 9]
+    assert table == [
+        (12, 0, 8, 0), (13, 10, 0, 9),
+        (15, 0, 6, 0), (14, 0, 1, 7), (10, 20, 0, 9),
+        (10, 0, 10, 0),
+        (11, 0, 4, 0),
+        (10, 10, 10, 0),
+        (13, 0, 10, 0),
+    ]  # fmt: skip
+    assert w.filled.tolist() == [10, 10, 10, 5, 10, 10]
+    assert w.boundary.tolist() == [True, True, True, True, True, False, True, False, False]
+
+
+def test_best_fit_needs_the_documents_unit():
+    inner = SourceRows(np.array([5, 6]), unit="windows", block=3, seed=0)
+    with pytest.raises(ValueError, match="unit='documents'"):
+        BestFitRows(inner)
