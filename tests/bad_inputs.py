@@ -80,3 +80,12 @@ def write_megatron_int64(prefix: pathlib.Path, docs: list[list[int]]) -> None:
     idx += struct.pack(f"<{s}q", *(8 * sum(lengths[:i]) for i in range(s)))
     idx += struct.pack(f"<{s + 1}q", *range(s + 1))
     prefix.with_suffix(".idx").write_bytes(idx)
+
+
+def forged(state: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """``state`` with ``fields`` changed and its check value recomputed: a deliberate edit,
+    which only the other checks of a restore can catch."""
+    from grainpack.pipeline.state import state_check
+
+    edited = {key: value for key, value in state.items() if key != "check"} | fields
+    return edited | {"check": state_check(edited)}

@@ -24,6 +24,7 @@ import jax
 import numpy as np
 from absl import flags
 
+from grainpack.index import mixing
 from grainpack.index.checks import check_bool, check_int
 from grainpack.index.mixing import SlotMixer
 from grainpack.index.slots import first_slot, rows_per_process
@@ -396,11 +397,12 @@ class PipelineIterator(grain.DatasetIterator):
 
     def _recount(self, counts: tuple[int, ...], slot: int) -> None:
         """Compares a state's per-source ``counts`` at ``slot`` with the slot hash's, counted
-        from slot 0 when ``slot <= RECOUNT_SLOTS`` (about a second; beyond it the mixer's
-        anchor has checked each count against the slots since the start of its 2**16-slot
-        block only). Runs on every process, for every source, whatever the last batch holds.
+        from slot 0 when ``slot <= RECOUNT_SLOTS`` (about a second) and within the bound of
+        counting from scratch (``MAX_SLOTS``; beyond either the mixer's anchor has checked each
+        count against the slots since the start of its 2**16-slot block only). Runs on every
+        process, for every source, whatever the last batch holds.
         """
-        if slot > RECOUNT_SLOTS or len(counts) < 2:
+        if slot > min(RECOUNT_SLOTS, mixing.MAX_SLOTS) or len(counts) < 2:
             return
         cfg = self._batches.config
         constant = cfg.constant_probabilities

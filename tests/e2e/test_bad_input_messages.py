@@ -16,18 +16,16 @@ import time
 
 import numpy as np
 import pytest
-from bad_inputs import (  # noqa: F401
+from bad_inputs import (
     DOCS,
     SOURCES,
     documents_of,
     edit_manifest,
-    first_batch,
+    forged,
     fresh,
     pipeline,
-    restamp,
     small_corpus,
     state_after,
-    write_megatron_int64,
 )
 
 import grainpack as gp
@@ -96,16 +94,16 @@ def test_restore_names_a_forged_process_layout(corpus):
     config = pipeline(corpus, block=8, global_batch_size=4)
     state = state_after(config, 3)  # saved by the only process of 1
     with pytest.raises(ValueError, match="process_count=3 does not divide global_batch_size=4"):
-        fresh(config).set_state(state | {"process_count": 3})
+        fresh(config).set_state(forged(state, process_count=3))
     message = "digest of batch 2 is that of process 0 of 1, not of the process_index/process_count"
     with pytest.raises(ValueError, match=message):
-        fresh(config).set_state(state | {"process_count": 2})
+        fresh(config).set_state(forged(state, process_count=2))
     # a state of process 1 of 2 given to a restore as process 0: its batch is named too
     two = iter(gp.make_dataset(config, process_index=1, process_count=2))
     for _ in range(3):
         next(two)
     with pytest.raises(ValueError, match="is that of process 1 of 2"):
-        fresh(config).set_state(two.get_state() | {"process_index": 0})
+        fresh(config).set_state(forged(two.get_state(), process_index=0))
 
 
 def test_restore_names_a_forged_process_layout_in_the_compact_layout_too(corpus):
@@ -113,9 +111,9 @@ def test_restore_names_a_forged_process_layout_in_the_compact_layout_too(corpus)
     state = state_after(config, 3)
     message = "digest of batch 2 is that of process 0 of 1, not of the process_index/process_count"
     with pytest.raises(ValueError, match=message):  # was a KeyError: no "inputs" in the batch
-        fresh(config).set_state(state | {"process_count": 2})
+        fresh(config).set_state(forged(state, process_count=2))
     with pytest.raises(ValueError, match="batch 2 recomputed from the corpus differs"):
-        fresh(config).set_state(state | {"digest": state["digest"] ^ 1})
+        fresh(config).set_state(forged(state, digest=state["digest"] ^ 1))
 
 
 def test_restore_refuses_counts_no_run_reaches(tmp_path):

@@ -18,6 +18,7 @@ import pytest
 import grainpack as gp
 from grainpack.index.mixing import choose_source, cumulative_probabilities
 from grainpack.pipeline.batches import PipelineBatches
+from grainpack.pipeline.state import state_check
 
 
 def identity_selector(order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
@@ -389,19 +390,20 @@ def test_a_refused_blocked_state_leaves_the_iterator_as_it_was(two_sources):
     )
     state = iter(gp.make_dataset(cfg, process_index=0, process_count=1)).state_after(9000)
     assert sum(state["counts"]) == 72_000
-    edited = {**state, "counts": [state["counts"][0] + 1, state["counts"][1] - 1]}
+    counts = [state["counts"][0] + 1, state["counts"][1] - 1]
+    edited = {**state, "counts": counts, "check": state_check({**state, "counts": counts})}
     first = next(iter(gp.make_dataset(cfg, process_index=0, process_count=1)))
     restored = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
     restored.set_state(state)
     expected = next(restored)
 
     it = iter(gp.make_dataset(cfg, process_index=0, process_count=1))
-    with pytest.raises(ValueError, match="resume verification failed"):
+    with pytest.raises(ValueError, match="field 'counts' disagrees with the slot hash"):
         it.set_state(edited)
     assert it.get_state()["step"] == 0
     for key, value in next(it).items():
         np.testing.assert_array_equal(value, first[key], err_msg=key)
-    with pytest.raises(ValueError, match="resume verification failed"):
+    with pytest.raises(ValueError, match="field 'counts' disagrees with the slot hash"):
         it.set_state(edited)
     it.set_state(state)
     for key, value in next(it).items():
