@@ -330,6 +330,8 @@ def test_to_dict_writes_every_field_as_json():
         "provenance": False,
         "order": {"kind": "blocked", "block_docs": 16, "window_blocks": 4},
         "layout": "compact",
+        "packing": "concat",
+        "max_segments": None,
     }
     assert json.loads(json.dumps(cfg.to_dict())) == cfg.to_dict()
 
@@ -383,7 +385,8 @@ def test_from_dict_takes_the_short_forms_of_a_run_json():
             {"sources": PATHS, "blocks": 8},
             ValueError,
             r"unknown PipelineConfig fields \['blocks'\] \(did you mean 'block'\?\); the fields "
-            r"are block, boundary_id, global_batch_size, layout, order, pad_id, premiums",
+            r"are block, boundary_id, global_batch_size, layout, max_segments, order, packing, "
+            r"pad_id, premiums",
         ),
         # another loader's name for a field is recognised
         ({"seq_len": 8}, ValueError, r"fields \['seq_len'\] \(did you mean 'block'\?\)"),
