@@ -76,7 +76,7 @@ def test_every_public_name_resolves():
     assert missing == []
 
 
-HEAVY = ("grain", "jax", "orbax", "tokenizers", "pyarrow", "ray")
+HEAVY = ("grain", "jax", "orbax", "tokenizers", "pyarrow", "ray", "obstore")
 
 
 def test_import_grainpack_loads_neither_grain_jax_nor_orbax():

@@ -26,6 +26,7 @@ from grainpack.corpus.native import (
     plain_int,
 )
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.urls import is_url, local_path
 from grainpack.index.checks import is_int
 
 __all__ = ["fingerprint", "open_corpus"]
@@ -38,6 +39,9 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
         path: A directory with ``manifest.json`` (native) or ``index.json`` (flat-shard
             layout: shard file name -> uint16 token count), or a Megatron ``PREFIX`` (also
             accepted: ``PREFIX.bin`` / ``PREFIX.idx``).
+            A native corpus may also be a URL: ``s3://``, ``gs://``, ``az://``,
+            ``https://`` (read through obstore, the ``remote`` extra: a
+            :class:`~grainpack.corpus.remote.RemoteShardSource`) or ``file://``.
         eos_id: Flat-shard format: split each shard after every ``eos_id`` (a document ends with its
             eos; tokens after the last eos form a final document); without it each non-empty
             shard is one document. Native/Megatron: recorded on the source only (a native
@@ -60,6 +64,11 @@ def open_corpus(path: PathLike, *, eos_id: int | None = None) -> TokenShardSourc
     eos_id = plain_int(eos_id)
     if eos_id is not None and (not is_int(eos_id) or not 0 <= eos_id <= MAX_TOKEN_ID):
         raise ValueError(f"eos_id must be a token id (an int in [0, 2**31)) or None, got {eos_id=}")
+    if is_url(path):  # object storage: metadata cached, tokens read by range
+        from grainpack.corpus.remote import open_remote
+
+        return open_remote(path, eos_id)
+    path = local_path(path)  # file:// URLs are local folders, memory-mapped
     try:
         return _open(Path(path), eos_id)
     except OSError as err:  # a symlink loop, permissions, ...: name the file and the fix

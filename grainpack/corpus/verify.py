@@ -22,6 +22,7 @@ from grainpack.corpus.native import MANIFEST_NAME, check_inside, content_digest,
 from grainpack.corpus.shards import check_offsets
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import shard_totals
+from grainpack.corpus.urls import is_url, local_path
 from grainpack.index.checks import is_int
 
 __all__ = ["CorpusError", "VerifyReport", "describe_corpus", "verify_corpus"]
@@ -228,7 +229,8 @@ def verify_corpus(
     Token files are scanned ``chunk_tokens`` at a time, so memory stays bounded.
 
     Args:
-        path: Anything :func:`~grainpack.corpus.open_corpus` accepts.
+        path: Anything :func:`~grainpack.corpus.open_corpus` accepts (a native corpus's
+            URL too: every object is then read once, by range, none kept).
         eos_id: Passed to ``open_corpus`` (flat-shard format: split documents at eos).
         progress: Show a tqdm progress bar over tokens.
         chunk_tokens: Tokens per scan step, 1 to ``MAX_CHUNK_TOKENS`` (2^30).
@@ -246,7 +248,11 @@ def verify_corpus(
         (2, 3, 3)
     """
     _check_chunk_tokens(chunk_tokens)
-    p = Path(path)
+    if is_url(path):  # object storage: every object read once, by range
+        from grainpack.corpus.remote import verify_remote
+
+        return verify_remote(str(path), eos_id=eos_id, progress=progress, chunk_tokens=chunk_tokens)
+    p = Path(local_path(path))
     source = open_corpus(p, eos_id=eos_id)  # structure, manifest schema, file sizes
     kind = _kind(p)
     checks = ["manifest schema", "file sizes"] if kind == "grainpack" else ["index", "file sizes"]
@@ -266,17 +272,25 @@ def verify_corpus(
                 f"{longer[0].tokens_path}: {os.path.getsize(longer[0].tokens_path):,} bytes for "
                 f"{longer[0].num_tokens:,} tokens); the rest is not read"
             )
-    check_offsets(source.offsets, source.num_tokens, str(path))
+    return report(source, str(path), kind, high, checks)
+
+
+def report(
+    source: TokenShardSource, path: str, kind: str, high: int | None, checks: list[str]
+) -> VerifyReport:
+    """The checks every format shares (offsets, ids, eos) and the :class:`VerifyReport` of
+    ``source``, whose tokens were scanned (largest id ``high``) and passed ``checks``."""
+    check_offsets(source.offsets, source.num_tokens, path)
     checks += ["each file listed once", "document offsets", "token ids >= 0"]
     if source.vocab_size is not None:
         checks.append(f"token ids < vocab_size={source.vocab_size}")
     else:
         checks.append("token ids < vocab_size: skipped (no vocab_size recorded)")
     if source.eos_id is not None:
-        _check_eos(source, str(path))
+        _check_eos(source, path)
         checks.append(f"eos_id={source.eos_id} is a token id")
     return VerifyReport(
-        path=str(path),
+        path=path,
         kind=kind,
         num_documents=len(source),
         num_tokens=source.num_tokens,
@@ -331,7 +345,10 @@ def describe_corpus(
     with tqdm.tqdm(
         total=source.num_tokens, unit="tok", unit_scale=True, disable=not progress
     ) as bar:
-        high = _scan_source(source, bar, chunk_tokens, None)
+        if getattr(source, "remote", False) and source.max_token_id is not None:
+            high = source.max_token_id  # recorded (verify checks it): no download of every token
+        else:
+            high = _scan_source(source, bar, chunk_tokens, None)
     return {
         "documents": len(source),
         "tokens": source.num_tokens,

@@ -18,6 +18,7 @@ from grainpack.corpus.native import FORMAT_VERSION, MANIFEST_NAME, read_manifest
 from grainpack.corpus.shards import FileIdentity, check_offsets
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, shard_totals
+from grainpack.corpus.urls import refuse_url_output
 from grainpack.ingest.transaction import Transaction
 
 __all__ = ["merge_corpora"]
@@ -71,6 +72,7 @@ def merge_corpora(
     """
     if isinstance(parts, str | os.PathLike) or not parts:
         raise ValueError(f"parts must be a non-empty list of corpus directories, got {parts!r}")
+    refuse_url_output(out, "merge_corpora")
     out = Path(out)
     paths = [Path(p) for p in parts]
     manifests, sources = [], []

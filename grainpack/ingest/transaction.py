@@ -41,6 +41,7 @@ from typing import Any
 
 from grainpack.corpus.errors import CorpusError, CorpusExistsError, OverwriteError, os_error
 from grainpack.corpus.native import FORMAT_NAME, MANIFEST_NAME, SHARD_FILE, PathLike, leftovers
+from grainpack.corpus.urls import refuse_url_output
 from grainpack.index.checks import check_bool
 
 __all__ = [
@@ -211,6 +212,7 @@ def check_target(path: PathLike, *, overwrite: bool) -> None:
     """Raises now what publishing a corpus at ``path`` would raise later (a file or foreign
     files in the way, a corpus without ``overwrite``, a mount point), so that a long job
     (a build) fails before its work rather than after."""
+    refuse_url_output(path, "writing a corpus")
     _replaceable(_target(Path(path)), check_bool("overwrite", overwrite))
 
 
@@ -306,6 +308,7 @@ class Transaction:
     """
 
     def __init__(self, path: PathLike, *, overwrite: bool) -> None:
+        refuse_url_output(path, "writing a corpus")
         self.path, self.overwrite = Path(path), check_bool("overwrite", overwrite)
         self.target = target = _target(self.path)
         made = [p for p in target.parents if not p.exists()]  # their entries are synced too

@@ -42,6 +42,7 @@ from grainpack.corpus.native import (
 )
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
+from grainpack.corpus.urls import refuse_url_output
 from grainpack.corpus.verify import verify_corpus
 from grainpack.index.blocked import feistel, mix_key
 from grainpack.index.checks import check_seed, is_int
@@ -374,6 +375,7 @@ class CorpusWriter:
         )
         self._dtype = _check_options(dtype, vocab_size, eos_id, shard_tokens)
         shuffle = None if shuffle is None else check_seed("shuffle", plain_int(shuffle))
+        refuse_url_output(path, "writing a corpus")
         self.path, self.vocab_size, self.eos_id = Path(path), vocab_size, eos_id
         self.shard_tokens, self.overwrite = shard_tokens, overwrite
         self._transaction = Transaction(self.path, overwrite=overwrite)

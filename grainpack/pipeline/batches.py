@@ -26,6 +26,7 @@ import numpy as np
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import MAX_TOKEN_ID
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.staging import StagedReader, stage_pieces
 from grainpack.corpus.summary import block_tokens
 from grainpack.curriculum.protocols import (
     adapts_online,
@@ -516,19 +517,22 @@ class PipelineBatches:
             compact=cfg.layout == "compact",
         )
 
-    def reader(self, packed: PackedRows) -> CheckedReader:
+    def reader(self, packed: PackedRows) -> CheckedReader | StagedReader:
         """Reads the tokens of rows planned by :meth:`packed_steps` (a :class:`RowReader`
-        whose reads re-check the files, see :class:`CheckedReader`)."""
+        whose reads re-check the files, see :class:`CheckedReader`; pieces of sources on
+        object storage are staged first, see :mod:`grainpack.corpus.staging`)."""
         cfg = self.config
+        staged = stage_pieces(packed, self.sources)  # None: no remote source
         reader = RowReader(
-            packed,
-            self.sources,
+            packed if staged is None else staged.packed,
+            self.sources if staged is None else staged.readers,
             block=cfg.block,
             pad_id=cfg.pad_id,
             boundary_id=cfg.boundary_id,
             names=list(cfg.sources),
         )
-        return CheckedReader(reader, self.sources)
+        checked = CheckedReader(reader, self.sources)
+        return checked if staged is None else StagedReader(checked, staged)
 
 
 class CheckedReader:

@@ -1,0 +1,767 @@
+# Over 400 lines, one module: the client, its range cache and the remote source share the
+# pinned identities and the retry rules.
+"""Corpora on object storage: a native corpus read from ``s3://``, ``gs://``, ``az://`` or
+``https://`` through obstore (the ``remote`` extra), metadata once, tokens by range.
+
+Opening (:func:`open_remote`) reads ``manifest.json`` and pins every token object's ETag
+(a HEAD each, in parallel), after checking its size against the manifest. The offsets and
+summary files, small next to the tokens, are fetched once into the host cache
+(``$GRAINPACK_CACHE/remote``) under their sha256 from the manifest, checked on download and
+at every open (a damaged cached copy is fetched again), and memory-mapped from there as a
+local corpus's are: a :class:`RemoteShardSource` is a
+:class:`~grainpack.corpus.source.TokenShardSource` whose index math is the local one.
+
+Tokens are never downloaded whole: reads ask for pieces (shard, token range), which are
+served from a bounded in-memory LRU of fetched ranges or coalesced (neighbours closer than
+``gap_bytes``, up to ``request_bytes`` a request) into ranged GETs, ``in_flight`` at a time.
+Every GET carries ``If-Match`` with the pinned ETag and every response's length is checked:
+an object replaced since the open is refused with a :class:`CorpusError` naming its URL,
+like a rewritten local file; a failed or short read is retried (obstore's own retries, then
+``attempts`` more of ours with jittered exponential backoff) and then fails naming the URL,
+the byte range and the cause.
+
+Clients are created in the process that uses them: a source pickles its URL, its pinned
+identities and options, and builds its client again on first use after unpickling (Grain
+workers are spawned; obstore's runtime is not fork-safe). obstore is imported here only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import concurrent.futures
+import dataclasses
+import datetime
+import hashlib
+import logging
+import os
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grainpack.corpus.cache import cache_root
+from grainpack.corpus.errors import CorpusError, CorpusNotFoundError
+from grainpack.corpus.native import MANIFEST_NAME, fingerprint_of, read_manifest
+from grainpack.corpus.shards import OffsetsFile, ShardRecord
+from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.summary import summary_pieces
+
+__all__ = ["RemoteOptions", "RemoteShardSource", "open_remote", "verify_remote"]
+
+logger = logging.getLogger(__name__)
+
+MiB = 1 << 20
+# obstore's error texts carry a multi-line debug dump after their first line.
+_FIRST_LINE = 300
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteOptions:
+    """How a remote corpus is read (each also set by an environment variable, read when the
+    corpus is opened: ``GRAINPACK_`` and the upper-case name, e.g.
+    ``GRAINPACK_REQUEST_BYTES=16777216``).
+
+    Attributes:
+        request_bytes: The most bytes one coalesced ranged GET asks for (the clouds suggest
+            8-16 MiB).
+        gap_bytes: Pieces of one read closer than this are fetched by one request (the gap
+            is downloaded too).
+        in_flight: Requests in flight at once, per source and process.
+        memory_bytes: Byte budget of the in-memory LRU of fetched ranges.
+        lookahead_bytes: Bytes of the next rows of the current plan fetched in the
+            background ahead of the rows being read (0: none).
+        attempts: Reads of one range (each with obstore's own retries) before failing.
+        client_retries: obstore's retries of one request (5xx, resets, timeouts).
+        timeout_s: Seconds one request may take.
+    """
+
+    request_bytes: int = 8 * MiB
+    gap_bytes: int = 256 * 1024
+    in_flight: int = 16
+    memory_bytes: int = 256 * MiB
+    lookahead_bytes: int = 64 * MiB
+    attempts: int = 4
+    client_retries: int = 3
+    timeout_s: int = 60
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            minimum = 0 if field.name in ("gap_bytes", "memory_bytes", "lookahead_bytes") else 1
+            if field.name == "client_retries":
+                minimum = 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(
+                    f"RemoteOptions.{field.name} must be an int >= {minimum}, got {value!r} "
+                    f"(environment: GRAINPACK_{field.name.upper()})"
+                )
+
+    @classmethod
+    def from_env(cls) -> RemoteOptions:
+        """The defaults, with any ``GRAINPACK_<NAME>`` environment variable over them."""
+        values: dict[str, int] = {}
+        for field in dataclasses.fields(cls):
+            text = os.environ.get(f"GRAINPACK_{field.name.upper()}")
+            if text:
+                try:
+                    values[field.name] = int(text)
+                except ValueError:
+                    raise ValueError(
+                        f"GRAINPACK_{field.name.upper()}={text!r}: expected an int"
+                    ) from None
+        return cls(**values)
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:_FIRST_LINE]
+
+
+def _changed(url: str, what: str) -> CorpusError:
+    return CorpusError(
+        f"{url}: changed since the corpus was opened ({what}); it was rewritten while being "
+        "read. Reopen the corpus (a training job: restart it from its checkpoint, whose "
+        "fingerprint and digest tell whether the data changed); to update a corpus that jobs "
+        "read, upload a new prefix, never replace objects in place"
+    )
+
+
+def _credentials_hint(url: str) -> str:
+    scheme = url.split(":", 1)[0]
+    sources = {
+        "gs": "GOOGLE_APPLICATION_CREDENTIALS / GOOGLE_SERVICE_ACCOUNT, gcloud's application "
+        "default credentials or the instance's metadata server",
+        "http": "none (plain HTTP reads are anonymous)",
+        "https": "none (plain HTTPS reads are anonymous)",
+    }.get(
+        scheme,
+        "AZURE_STORAGE_ACCOUNT_NAME / AZURE_STORAGE_ACCOUNT_KEY / AZURE_CLIENT_*, or a "
+        "managed identity"
+        if scheme in ("az", "azure", "abfs", "abfss", "adl")
+        else "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), "
+        "AWS_WEB_IDENTITY_TOKEN_FILE, or the instance's metadata service; S3-compatible "
+        "servers also need AWS_ENDPOINT_URL (and AWS_ALLOW_HTTP=true for http://)",
+    )
+    return f"credentials are read from {sources}"
+
+
+def _store_error(err: BaseException, url: str, doing: str) -> CorpusError | None:
+    """A :class:`CorpusError` naming ``url`` for a not-found, permission or precondition
+    error of obstore (``None``: another error, maybe transient)."""
+    from obstore import exceptions as ox
+
+    if isinstance(err, ox.PreconditionError):
+        return _changed(url, "its ETag no longer matches the one pinned at open")
+    if isinstance(err, ox.NotFoundError | FileNotFoundError):
+        return CorpusNotFoundError(
+            f"{url}: not found ({doing}): {_first_line(err)}; check the URL (bucket and "
+            "prefix) and that the corpus was uploaded completely"
+        )
+    if isinstance(err, ox.PermissionDeniedError | ox.UnauthenticatedError | PermissionError):
+        return CorpusError(
+            f"{url}: access denied ({doing}): {_first_line(err)}; {_credentials_hint(url)}: "
+            "check them and the bucket's policy"
+        )
+    if isinstance(err, ox.UnknownConfigurationKeyError | ox.NotSupportedError):
+        return CorpusError(f"{url}: {_first_line(err)} ({doing})")
+    return None
+
+
+class _Client:
+    """One process's access to the objects under a corpus URL: the obstore store and a pool
+    of request threads, both created on first use in this process (never pickled)."""
+
+    def __init__(self, url: str, options: RemoteOptions, stats: Callable[[str, float], None]):
+        self.url, self.options, self.count = url, options, stats
+        self._lock = threading.Lock()
+        self._store: Any = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pid = -1
+
+    def _ready(self) -> None:
+        if self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            from obstore.store import from_url
+
+            client: dict[str, Any] = {"timeout": f"{self.options.timeout_s}s"}
+            allow = os.environ.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true", "yes")
+            if self.url.startswith("http://") or allow:
+                client["allow_http"] = True
+            retry = {
+                "max_retries": self.options.client_retries,
+                "backoff": {
+                    "init_backoff": datetime.timedelta(milliseconds=100),
+                    "max_backoff": datetime.timedelta(seconds=5),
+                    "base": 2,
+                },
+                "retry_timeout": datetime.timedelta(seconds=4 * self.options.timeout_s),
+            }
+            try:
+                self._store = from_url(self.url, client_options=client, retry_config=retry)
+            except Exception as err:  # obstore raises its own kinds
+                known = _store_error(err, self.url, "configuring the client")
+                raise known or CorpusError(
+                    f"{self.url}: cannot configure a client: {_first_line(err)}"
+                ) from err
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self.options.in_flight, thread_name_prefix="grainpack-fetch"
+            )
+            self._pid = os.getpid()
+
+    @property
+    def pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        self._ready()
+        return self._pool  # type: ignore[return-value]
+
+    def _attempts(self, url: str, doing: str, call: Callable[[], Any]) -> Any:
+        """``call()`` up to ``attempts`` times with jittered exponential backoff between
+        failures; not-found, permission and precondition errors are not retried."""
+        cause = ""
+        for attempt in range(self.options.attempts):
+            if attempt:
+                self.count("retries", 1)
+                time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))
+            try:
+                return call()
+            except _ShortRead as err:
+                cause = str(err)
+            except CorpusError:
+                raise
+            except Exception as err:  # obstore raises its own kinds
+                known = _store_error(err, url, doing)
+                if known is not None:
+                    raise known from err
+                cause = _first_line(err)
+        raise CorpusError(
+            f"{url}: {doing} failed {self.options.attempts} times (each after "
+            f"{self.options.client_retries} client retries); last cause: {cause}. Check the "
+            "network and the store (or raise GRAINPACK_ATTEMPTS)"
+        )
+
+    def head(self, name: str) -> dict[str, Any]:
+        import obstore
+
+        self._ready()
+        url = f"{self.url}/{name}"
+        return self._attempts(
+            url, "reading its metadata (HEAD)", lambda: obstore.head(self._store, name)
+        )
+
+    def download(
+        self, name: str, size: int, begin: Callable[[], None], write: Callable[[Any], None]
+    ) -> dict[str, Any]:
+        """Streams the whole object ``name`` (``size`` bytes expected, -1: any) into
+        ``write``, calling ``begin()`` before each attempt; the object's metadata."""
+        import obstore
+
+        self._ready()
+        url = f"{self.url}/{name}"
+
+        def call() -> dict[str, Any]:
+            begin()
+            result = obstore.get(self._store, name)
+            got = 0
+            for chunk in result.stream(min_chunk_size=self.options.request_bytes):
+                write(chunk)
+                got += len(chunk)
+            if size >= 0 and got != size:
+                raise _ShortRead(f"{got} bytes, expected {size}")
+            self.count("bytes", got)
+            self.count("requests", 1)
+            return result.meta
+
+        return self._attempts(url, "downloading it", call)
+
+    def get_whole(self, name: str) -> tuple[bytes, dict[str, Any]]:
+        parts: list[bytes] = []
+        meta = self.download(name, -1, parts.clear, lambda chunk: parts.append(bytes(chunk)))
+        return b"".join(parts), meta
+
+    def get_range(self, name: str, start: int, stop: int, etag: str | None) -> Any:
+        """Bytes ``[start, stop)`` of ``name``, the object pinned as ``etag``."""
+        import obstore
+
+        self._ready()
+        url = f"{self.url}/{name}"
+        options: dict[str, Any] = {"range": (start, stop)}
+        if etag is not None:
+            options["if_match"] = etag
+
+        def call() -> Any:
+            began = time.perf_counter()
+            result = obstore.get(self._store, name, options=options)
+            data = result.bytes()
+            tag = result.meta.get("e_tag")
+            if etag is not None and tag is not None and tag != etag:
+                raise _changed(url, f"ETag {etag} -> {tag}")
+            if len(data) != stop - start:
+                raise _ShortRead(f"{len(data)} bytes for a range of {stop - start}")
+            self.count("bytes", len(data))
+            self.count("requests", 1)
+            self.count("request_seconds", time.perf_counter() - began)
+            return data
+
+        return self._attempts(url, f"reading bytes [{start}, {stop})", call)
+
+
+class _ShortRead(Exception):
+    """A response shorter (or longer) than the range asked for."""
+
+
+class _RangeCache:
+    """A bounded LRU of fetched byte ranges per shard (a byte budget)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self.used = budget, 0
+        self.lock = threading.Lock()
+        self.entries: collections.OrderedDict[tuple[int, int], tuple[int, Any]] = (
+            collections.OrderedDict()
+        )
+        self.starts: dict[int, list[int]] = {}
+
+    def find(self, shard: int, lo: int, hi: int) -> memoryview | None:
+        with self.lock:
+            starts = self.starts.get(shard)
+            if not starts:
+                return None
+            i = bisect.bisect_right(starts, lo) - 1
+            for start in starts[max(i - 3, 0) : i + 1][::-1]:  # a few: ranges rarely nest
+                stop, data = self.entries[(shard, start)]
+                if hi <= stop:
+                    self.entries.move_to_end((shard, start))
+                    return memoryview(data)[lo - start : hi - start]
+            return None
+
+    def add(self, shard: int, start: int, data: Any) -> None:
+        size = len(data)
+        if size > self.budget or size == 0:
+            return
+        with self.lock:
+            key = (shard, start)
+            if key in self.entries:
+                self.used -= len(self.entries.pop(key)[1])
+            else:
+                bisect.insort(self.starts.setdefault(shard, []), start)
+            self.entries[key] = (start + size, data)
+            self.used += size
+            while self.used > self.budget:
+                (k, s), (_, old) = self.entries.popitem(last=False)
+                self.used -= len(old)
+                starts = self.starts[k]
+                del starts[bisect.bisect_left(starts, s)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cached:
+    """A metadata object kept in the host cache under its sha256."""
+
+    name: str
+    sha256: str
+    size: int
+
+    @property
+    def path(self) -> Path:
+        return cache_root() / "remote" / f"{self.sha256}.bin"
+
+
+class RemoteShardSource(TokenShardSource):
+    """A native corpus on object storage: a :class:`TokenShardSource` whose offsets and
+    summaries are cached local files and whose tokens are read by ranged GETs.
+
+    Read through :meth:`read_pieces` (the pipeline stages each plan's pieces with it, see
+    :mod:`grainpack.corpus.staging`) or the inherited reads (``src[i]``,
+    :meth:`read_tokens`, :meth:`read_into`). It pickles its URL, its pinned ETags and its
+    options, never a client. :attr:`stats` counts what it fetched.
+    """
+
+    remote = True
+
+    def __init__(
+        self,
+        shards: Sequence[ShardRecord],
+        *,
+        url: str,
+        objects: Sequence[str],
+        etags: Sequence[str | None],
+        metadata: Sequence[_Cached],
+        options: RemoteOptions,
+        **kwargs: Any,
+    ) -> None:
+        self.url, self.objects, self.etags = url, tuple(objects), tuple(etags)
+        self.metadata, self.options = tuple(metadata), options
+        super().__init__(shards, **kwargs)
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._stats: collections.Counter[str] = collections.Counter()
+        self._stats_lock = threading.Lock()
+        self._client = _Client(self.url, self.options, self._count)
+        self._ranges = _RangeCache(self.options.memory_bytes)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        for key in ("_stats", "_stats_lock", "_client", "_ranges"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        # another host, or a cache cleared meanwhile: fetch the metadata again (by sha256)
+        if any(not m.path.is_file() for m in self.metadata):
+            _fetch_metadata(self._client, self.metadata)
+
+    def __repr__(self) -> str:
+        return (
+            f"RemoteShardSource(fingerprint={self.fingerprint[:16]}, documents={len(self)}, "
+            f"tokens={self.num_tokens})"
+        )
+
+    def _count(self, key: str, value: float) -> None:
+        with self._stats_lock:
+            self._stats[key] += value
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """What this process fetched: ``bytes`` and ``requests`` (ranged GETs and metadata
+        downloads), ``request_seconds`` (summed over requests), ``pieces``,
+        ``cache_hits`` (pieces served from the in-memory LRU), ``retries`` (ours, beyond
+        obstore's), ``wait_seconds`` (time reads waited for the network),
+        ``prefetched_bytes`` (staged ahead of the rows being read) and
+        ``metadata_cache_hits``/``metadata_fetches``."""
+        with self._stats_lock:
+            return dict(self._stats)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _not_mapped(self) -> CorpusError:
+        return CorpusError(
+            f"{self.url}: tokens on object storage are read by range (read_pieces, "
+            "read_tokens), never mapped: this reader needs a local corpus (copy it locally, "
+            "or mount the bucket)"
+        )
+
+    def _shard(self, k: int) -> np.ndarray:
+        raise self._not_mapped()
+
+    def shard_view(self, shard: int) -> memoryview:
+        raise self._not_mapped()
+
+    def size_check(self, shard: int) -> Callable[[], None]:
+        return lambda: None  # nothing is mapped; every GET carries If-Match
+
+    def check_files(self, shards: Iterable[int]) -> None:
+        """Nothing to check: every ranged GET carries the pinned ETag (``If-Match``)."""
+
+    def _ids(self, k: int, first: int, stop: int) -> np.ndarray:
+        out = np.empty(stop - first, self._file_dtype)
+        self.read_pieces(out, [k], [first], [stop], [0])
+        return out
+
+    def read_pieces(
+        self,
+        out: np.ndarray,
+        shards: Sequence[int],
+        starts: Sequence[int],
+        stops: Sequence[int],
+        at: Sequence[int],
+    ) -> None:
+        """Copies tokens ``[starts[i], stops[i])`` of shard ``shards[i]`` to
+        ``out[at[i]:]`` (``out`` of the file dtype) for every ``i``: from the LRU, or by
+        coalesced ranged GETs, ``in_flight`` at a time; waits for all of them."""
+        items = self._file_dtype.itemsize
+        target = out.view(np.uint8)
+        request, gap = self.options.request_bytes, self.options.gap_bytes
+        missing = []
+        hits = 0
+        for k, a, b, t in zip(shards, starts, stops, at):
+            if b <= a:
+                continue
+            lo, hi, t = a * items, b * items, t * items
+            view = self._ranges.find(k, lo, hi)
+            if view is not None:
+                target[t : t + hi - lo] = np.frombuffer(view, np.uint8)
+                hits += 1
+                continue
+            for s in range(lo, hi, request):  # a long piece: requests of request_bytes
+                e = min(s + request, hi)
+                missing.append((k, s, e, t + s - lo))
+        self._count("pieces", len(shards))
+        self._count("cache_hits", hits)
+        if not missing:
+            return
+        missing.sort()
+        groups: list[list[tuple[int, int, int, int]]] = []
+        for piece in missing:
+            last = groups[-1] if groups else None
+            if (
+                last is not None
+                and last[0][0] == piece[0]
+                and piece[1] - max(p[2] for p in last[-1:]) <= gap
+                and max(piece[2], last[-1][2]) - last[0][1] <= request
+            ):
+                last.append(piece)
+            else:
+                groups.append([piece])
+        began = time.perf_counter()
+        if len(groups) == 1:
+            self._fetch_group(target, groups[0])
+        else:
+            futures = [self._client.pool.submit(self._fetch_group, target, g) for g in groups]
+            for future in futures:
+                future.result()  # the first failure raises (its CorpusError names the URL)
+        self._count("fetch_seconds", time.perf_counter() - began)
+
+    def _fetch_group(self, target: np.ndarray, group: list[tuple[int, int, int, int]]) -> None:
+        k = group[0][0]
+        lo, hi = group[0][1], max(p[2] for p in group)
+        base = self._shards[k].byte_offset
+        data = self._client.get_range(self.objects[k], base + lo, base + hi, self.etags[k])
+        whole = np.frombuffer(data, np.uint8)
+        for _, s, e, t in group:
+            target[t : t + e - s] = whole[s - lo : e - lo]
+        self._ranges.add(k, lo, data)
+
+
+def _verified(path: Path, item: _Cached) -> bool:
+    try:
+        if path.stat().st_size != item.size:
+            return False
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(8 * MiB):
+                digest.update(chunk)
+        return digest.hexdigest() == item.sha256
+    except OSError:
+        return False
+
+
+def _fetch_metadata(client: _Client, items: Sequence[_Cached], *, check: bool = True) -> None:
+    """Puts every one of ``items`` in the host cache (downloaded, checked against its
+    sha256, written atomically) unless a copy there already has that sha256."""
+
+    def one(item: _Cached) -> None:
+        path = item.path
+        if check and _verified(path, item):
+            client.count("metadata_cache_hits", 1)
+            return
+        if not check and path.is_file():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
+
+            def begin() -> None:
+                nonlocal digest
+                digest = hashlib.sha256()
+                f.seek(0)
+                f.truncate()
+
+            def write(chunk: Any) -> None:
+                digest.update(chunk)
+                f.write(chunk)
+
+            try:
+                client.download(item.name, item.size, begin, write)
+            except BaseException:
+                f.close()
+                os.unlink(f.name)
+                raise
+        if digest.hexdigest() != item.sha256:
+            os.unlink(f.name)
+            raise CorpusError(
+                f"{client.url}/{item.name}: its sha256 is {digest.hexdigest()}, the manifest "
+                f"says {item.sha256}: the object changed after the corpus was written (or was "
+                "uploaded damaged); upload the corpus again"
+            )
+        os.chmod(f.name, 0o644)  # other users' jobs on the machine read it too
+        os.replace(f.name, path)
+        client.count("metadata_fetches", 1)
+
+    if len(items) <= 1:
+        for item in items:
+            one(item)
+        return
+    for future in [client.pool.submit(one, item) for item in items]:
+        future.result()
+
+
+def open_remote(
+    url: str, eos_id: int | None = None, *, options: RemoteOptions | None = None
+) -> RemoteShardSource:
+    """Opens the native corpus at ``url`` (``s3://bucket/prefix`` and the like): reads its
+    manifest, pins its token objects (ETag, size) and caches its metadata (see the module
+    docstring).
+
+    Raises:
+        CorpusNotFoundError: No manifest at ``url`` (also a ``FileNotFoundError``).
+        CorpusError: A malformed manifest, a token object of the wrong size, a metadata
+            object that does not match its sha256, access denied (naming the URL).
+    """
+    return _open(url, eos_id, options)[0]
+
+
+def _open(
+    url: str, eos_id: int | None, options: RemoteOptions | None
+) -> tuple[RemoteShardSource, dict[str, Any]]:
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            f"reading {url} needs obstore: pip install 'grainpack[remote]' (or obstore>=0.12)"
+        ) from None
+    options = RemoteOptions.from_env() if options is None else options
+    url = url.rstrip("/")
+    stats: collections.Counter[str] = collections.Counter()
+    client = _Client(url, options, lambda key, value: stats.update({key: value}))
+    raw, _ = client.get_whole(MANIFEST_NAME)
+    folder = cache_root() / "remote" / "manifests" / hashlib.sha256(raw).hexdigest()
+    file = folder / MANIFEST_NAME
+    if not (file.is_file() and file.read_bytes() == raw):
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as f:
+            f.write(raw)
+        os.replace(f.name, file)
+    try:
+        m = read_manifest(folder)
+    except CorpusError as err:
+        text = str(err).replace(str(file), f"{url}/{MANIFEST_NAME}").replace(str(folder), url)
+        raise CorpusError(text) from None
+    itemsize = np.dtype(m["dtype"]).itemsize
+    block_docs = m.get("summary_block_docs")
+    metadata, offsets_items, summary_items = [], [], []
+    first = 0
+    for s in m["shards"]:
+        offsets = _Cached(s["offsets_file"], s["offsets_sha256"], 8 * (s["num_documents"] + 1))
+        offsets_items.append(offsets)
+        summary = None
+        if block_docs is not None:
+            size = 8 * summary_pieces(first, s["num_documents"], block_docs)
+            summary = _Cached(s["summary_file"], s["summary_sha256"], size)
+        summary_items.append(summary)
+        first += s["num_documents"]
+        metadata += [offsets] if summary is None else [offsets, summary]
+    _fetch_metadata(client, metadata)
+    names = [s["tokens_file"] for s in m["shards"]]
+    heads = [client.pool.submit(client.head, name) for name in names]
+    etags = []
+    for s, name, head in zip(m["shards"], names, heads):
+        meta = head.result()
+        expected = s["num_tokens"] * itemsize
+        if meta["size"] != expected:
+            raise CorpusError(
+                f"{url}/{name}: has {meta['size']} bytes, expected {expected} "
+                f"({s['num_tokens']} {m['dtype']} tokens); the object is truncated, "
+                "replaced or still uploading: upload the corpus again"
+            )
+        etags.append(meta.get("e_tag"))
+    records = [
+        ShardRecord(
+            f"{url}/{name}",
+            s["num_tokens"],
+            OffsetsFile(str(o.path), s["num_documents"]),
+            summary_path=None if summary is None else str(summary.path),
+        )
+        for s, name, o, summary in zip(m["shards"], names, offsets_items, summary_items)
+    ]
+    if eos_id is not None and m["eos_id"] is not None and eos_id != m["eos_id"]:
+        raise ValueError(f"{url} records eos_id={m['eos_id']}, got {eos_id=}; omit eos_id")
+    source = RemoteShardSource(
+        records,
+        url=url,
+        objects=names,
+        etags=etags,
+        metadata=metadata,
+        options=options,
+        dtype=m["dtype"],
+        fingerprint=fingerprint_of(m),
+        vocab_size=m["vocab_size"],
+        eos_id=m["eos_id"] if eos_id is None else eos_id,
+        max_token_id=m.get("max_token_id"),
+        tokenizer=m.get("tokenizer"),
+        summary_block_docs=block_docs,
+    )
+    for key, value in stats.items():  # what opening fetched
+        source._count(key, value)
+    client.count, source._client = source._count, client  # its store and pool, reused
+    return source, m
+
+
+def verify_remote(
+    url: str, *, eos_id: int | None = None, progress: bool = False, chunk_tokens: int
+) -> Any:
+    """:func:`~grainpack.corpus.verify_corpus` of a native corpus at ``url``: opening checks
+    the manifest, the objects' sizes and the metadata's sha256; then every token object is
+    read once, ``chunk_tokens`` at a time by range, for its sha256, ids and the stream's
+    ``content_sha256``; the summaries are recomputed from the offsets."""
+    import struct
+
+    import tqdm
+
+    from grainpack.corpus import verify
+    from grainpack.corpus.native import content_digest
+    from grainpack.corpus.summary import shard_totals
+
+    source, m = _open(url, eos_id, None)
+    url = source.url
+    checks = ["manifest schema", "file sizes", "sha256 checksums", "shard offsets"]
+    high: int | None = None
+    position = documents = 0
+    stream, offsets_hash = hashlib.sha256(), hashlib.sha256(struct.pack("<q", 0))
+    with tqdm.tqdm(
+        total=source.num_tokens, unit="tok", unit_scale=True, disable=not progress
+    ) as bar:
+        for k, s in enumerate(m["shards"]):
+            local = source._current_local(k, check=True)  # sha256 checked when cached
+            if source.summary_block_docs is not None:
+                stored = np.fromfile(source.shards[k].summary_path, "<i8")  # type: ignore[arg-type]
+                totals = shard_totals(np.diff(local), documents, source.summary_block_docs)
+                if not np.array_equal(stored, totals):
+                    raise CorpusError(
+                        f"{url}/{s['summary_file']}: its block totals are not those of the "
+                        "shard's documents; upload the corpus again"
+                    )
+            documents += len(local) - 1
+            offsets_hash.update((local[1:] + position).astype("<i8").tobytes())
+            digest, bad_id = hashlib.sha256(), None
+            where = f"{url}/{s['tokens_file']}"
+            for lo in range(0, s["num_tokens"], chunk_tokens):
+                tokens = source._ids(k, lo, min(lo + chunk_tokens, s["num_tokens"]))
+                digest.update(tokens.tobytes())
+                stream.update(tokens.tobytes())
+                try:
+                    h = verify._scan_ids(tokens, position, m["vocab_size"], where)
+                except CorpusError as err:  # reported after the checksum: which is it?
+                    bad_id = bad_id or err
+                    h = int(tokens.max())
+                high = h if high is None else max(high, h)
+                position += tokens.size
+                bar.update(tokens.size)
+            if digest.hexdigest() != s["tokens_sha256"]:
+                error = verify._mismatch(where, "sha256")  # type: ignore[arg-type]
+                if bad_id is not None:
+                    raise CorpusError(f"{error} (it now also holds a bad id: {bad_id})") from None
+                raise error
+            if bad_id is not None:
+                raise bad_id
+    content = content_digest(stream.hexdigest(), offsets_hash.hexdigest())
+    if "content_sha256" in m:
+        if content != m["content_sha256"]:
+            manifest = f"{url}/{MANIFEST_NAME}"
+            raise verify._mismatch(manifest, "content_sha256 (of the whole stream)")  # type: ignore[arg-type]
+        checks.append("content_sha256")
+    if "max_token_id" in m:
+        if m["max_token_id"] != high:
+            raise CorpusError(
+                f"{url}/{MANIFEST_NAME}: max_token_id={m['max_token_id']} but the largest "
+                f"token id is {high}; rebuild the corpus"
+            )
+        checks.append(f"max_token_id={high}")
+    return verify.report(source, url, "grainpack", high, checks)

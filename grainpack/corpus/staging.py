@@ -1,0 +1,188 @@
+"""Staging a plan's pieces of remote sources: the seam between the pipeline's read table and
+object storage.
+
+The pipeline gathers rows from shard buffers (``shard_view``, the memory map of a local
+shard). A remote source has no such buffer, so :func:`stage_pieces` gives the gather one:
+for each remote source of a plan (:class:`~grainpack.index.packed.PackedRows`), one local
+buffer holding exactly the pieces the plan reads, in read-table order, and a copy of the
+read table pointing into it. The gather itself is unchanged (the compiled one included);
+:class:`StagedReader` fills the buffer before the rows that need it are read, and fetches
+the pieces of the rows after them in the background (the plan is the exact future: the
+same table the batch reads), up to ``lookahead_bytes`` ahead. Local sources are untouched:
+a plan without remote sources is not staged at all.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from grainpack.index.packed import PackedRows
+
+__all__ = ["StagedPieces", "StagedReader", "stage_pieces"]
+
+# Chunks of rows staged at once (each fetches its pieces with the source's in-flight budget).
+STAGING_THREADS = 4
+_POOL: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _stager() -> concurrent.futures.ThreadPoolExecutor:
+    """This process's staging thread (created on first use, again after a fork)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid():
+            pool = concurrent.futures.ThreadPoolExecutor(
+                STAGING_THREADS, thread_name_prefix="grainpack-stage"
+            )
+            _POOL = (os.getpid(), pool)
+        return _POOL[1]
+
+
+class _Buffer:
+    """A staged source as the gather sees it: one shard, the plan's pieces back to back."""
+
+    def __init__(self, tokens: np.ndarray, dtype: np.dtype) -> None:
+        self.tokens, self.dtype = tokens, dtype
+        self.shard_starts = np.array([0, len(tokens)], dtype=np.int64)
+
+    def shard_view(self, shard: int) -> memoryview:
+        return memoryview(self.tokens)
+
+
+@dataclasses.dataclass
+class StagedPieces:
+    """The staged form of a plan: ``packed`` (its read table pointing into the buffers),
+    ``readers`` (the local sources as they were, a buffer for each remote one) and what to
+    fetch for each remote source: ``pieces[j]``, the table indices of its pieces with their
+    original shard ranges."""
+
+    packed: PackedRows
+    readers: list[Any]
+    sources: list[Any]
+    buffers: dict[int, np.ndarray]
+    pieces: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    row_pieces: np.ndarray
+    piece_bytes: np.ndarray
+
+
+def stage_pieces(packed: PackedRows, sources: Sequence[Any]) -> StagedPieces | None:
+    """The staged form of ``packed`` (see the module docstring), or ``None`` when none of
+    ``sources`` is remote (the plan is read as it is)."""
+    remote = [j for j, s in enumerate(sources) if getattr(s, "remote", False)]
+    if not remote:
+        return None
+    source, shard = packed.read_source, packed.read_shard
+    start, stop = packed.read_start, packed.read_stop
+    new_shard, new_start, new_stop = shard.copy(), start.copy(), stop.copy()
+    readers: list[Any] = list(sources)
+    buffers, pieces = {}, {}
+    piece_bytes = np.zeros(len(source), dtype=np.int64)
+    for j in remote:
+        index = np.flatnonzero(source == j)
+        lengths = (stop[index] - start[index]).astype(np.int64)
+        at = np.cumsum(lengths) - lengths
+        dtype = sources[j]._file_dtype
+        buffers[j] = np.empty(int(lengths.sum()), dtype)
+        readers[j] = _Buffer(buffers[j], dtype)
+        pieces[j] = (index, shard[index].copy(), start[index].copy(), stop[index].copy(), at)
+        new_shard[index], new_start[index], new_stop[index] = 0, at, at + lengths
+        piece_bytes[index] = lengths * dtype.itemsize
+    staged = dataclasses.replace(
+        packed, read_shard=new_shard, read_start=new_start, read_stop=new_stop
+    )
+    lengths = stop - start
+    width = _width(packed)
+    positions = np.cumsum(lengths) - lengths  # pieces tile the rows, in order
+    row_pieces = np.zeros(packed.num_rows + 1, dtype=np.int64)
+    np.cumsum(
+        np.bincount(positions // width, minlength=packed.num_rows)[: packed.num_rows],
+        out=row_pieces[1:],
+    )
+    return StagedPieces(staged, readers, list(sources), buffers, pieces, row_pieces, piece_bytes)
+
+
+def _width(packed: PackedRows) -> int:
+    lengths = packed.read_stop - packed.read_start
+    total = int(lengths.sum())
+    return total // packed.num_rows if packed.num_rows else 1
+
+
+class StagedReader:
+    """A reader (``read(first, stop, **options)``; other attributes pass through) whose
+    reads first wait for the staged pieces of their rows, and which fetches the pieces of
+    the rows after them in the background, up to the sources' ``lookahead_bytes``."""
+
+    def __init__(self, reader: Any, staged: StagedPieces) -> None:
+        self.reader, self.staged = reader, staged
+        self.chunk_rows = 0
+        self.futures: dict[int, concurrent.futures.Future[None]] = {}
+        self.lookahead = max(s.options.lookahead_bytes for s in self._remote())
+
+    def __getattr__(self, name: str) -> object:  # only for names this class lacks
+        return getattr(self.__dict__["reader"], name)
+
+    def _remote(self) -> list[Any]:
+        return [self.staged.sources[j] for j in self.staged.pieces]
+
+    def _fill(self, chunk: int) -> None:
+        """Fetches the staged pieces of rows chunk ``chunk`` into the buffers."""
+        staged, rows = self.staged, self.staged.packed.num_rows
+        first = chunk * self.chunk_rows
+        p0 = staged.row_pieces.item(first)
+        p1 = staged.row_pieces.item(min(first + self.chunk_rows, rows))
+        for j, (index, shards, starts, stops, at) in staged.pieces.items():
+            lo, hi = np.searchsorted(index, [p0, p1]).tolist()
+            if hi > lo:
+                staged.sources[j].read_pieces(
+                    staged.buffers[j],
+                    shards[lo:hi].tolist(),
+                    starts[lo:hi].tolist(),
+                    stops[lo:hi].tolist(),
+                    at[lo:hi].tolist(),
+                )
+
+    def _bytes(self, chunk: int) -> int:
+        rows = self.staged.packed.num_rows
+        first = chunk * self.chunk_rows
+        p0 = self.staged.row_pieces.item(first)
+        p1 = self.staged.row_pieces.item(min(first + self.chunk_rows, rows))
+        return int(self.staged.piece_bytes[p0:p1].sum())
+
+    def read(self, first: int, stop: int, **options: Any) -> np.ndarray:
+        """The inner reader's ``read``, once the pieces of rows ``[first, stop)`` are here."""
+        if self.chunk_rows == 0:
+            self.chunk_rows = max(stop - first, 1)
+        chunks = (self.staged.packed.num_rows + self.chunk_rows - 1) // self.chunk_rows
+        needed = range(first // self.chunk_rows, (max(stop, first + 1) - 1) // self.chunk_rows + 1)
+        pool = _stager()
+        for c in needed:
+            if c not in self.futures:
+                self.futures[c] = pool.submit(self._fill, c)
+        ahead, c = 0, needed[-1] + 1
+        while c < chunks and ahead < self.lookahead:
+            ahead += self._bytes(c)
+            if c not in self.futures:
+                self.futures[c] = pool.submit(self._fill, c)
+                for s in self._remote():
+                    s._count("prefetched_bytes", self._bytes(c))
+            c += 1
+        began = time.perf_counter()
+        waited = not all(self.futures[c].done() for c in needed)
+        for c in needed:
+            self.futures[c].result()  # a CorpusError naming the URL, if one failed
+        if waited:
+            for s in self._remote():
+                s._count("wait_seconds", time.perf_counter() - began)
+        return self.reader.read(first, stop, **options)
+
+    def __del__(self) -> None:
+        for future in getattr(self, "futures", {}).values():
+            future.cancel()  # fetches not started of a plan no longer read

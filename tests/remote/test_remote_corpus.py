@@ -1,0 +1,283 @@
+"""Corpora on object storage (issue 33, phase 1), against a real S3 server on loopback: what
+is read from ``s3://`` is the local corpus bit for bit, the metadata is cached by sha256,
+objects are pinned, and errors name the URL.
+
+    python -m pytest -q -p no:cacheprovider -n 0 tests/remote
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from remote_store import BUCKET, documents, upload
+
+import grainpack as gp
+from grainpack.corpus.errors import CorpusError, CorpusNotFoundError
+from grainpack.corpus.remote import RemoteOptions, open_remote
+
+BLOCKED = gp.BlockedOrder(block_docs=16, window_blocks=8)
+# (name, config fields), the configurations of benchmarks/digests.py on both corpora
+CONFIGS = {
+    "docs-exact": dict(sources=("en",), block=31, global_batch_size=8, boundary_id=0),
+    "docs-blocked-compact": dict(
+        sources=("en",), block=31, global_batch_size=8, order=BLOCKED, layout="compact"
+    ),
+    "windows-exact": dict(sources=("en",), block=64, global_batch_size=8, unit="windows"),
+    "windows-blocked": dict(
+        sources=("en",), block=64, global_batch_size=8, unit="windows", order=BLOCKED
+    ),
+    "mixed-provenance": dict(
+        sources=("en", "fr"),
+        block=48,
+        global_batch_size=8,
+        weights={"en": 0.3, "fr": 0.7},
+        provenance=True,
+        seed=7,
+    ),
+    "mixed-schedule-blocked-provenance-compact": dict(
+        sources=("en", "fr"),
+        block=48,
+        global_batch_size=8,
+        order=BLOCKED,
+        provenance=True,
+        layout="compact",
+        weights=[(0, {"en": 1.0, "fr": 0.0}), (20, {"en": 0.5, "fr": 0.5})],
+    ),
+}
+
+
+def configs(corpora, fields) -> tuple[gp.PipelineConfig, gp.PipelineConfig]:
+    """The same pipeline on the local corpora and on their URLs."""
+    names = fields["sources"]
+    rest = {k: v for k, v in fields.items() if k != "sources"}
+    local = gp.PipelineConfig(sources={n: corpora[n][0] for n in names}, **rest)
+    remote = gp.PipelineConfig(sources={n: corpora[n][1] for n in names}, **rest)
+    return local, remote
+
+
+def assert_same_batches(a, b, steps: int) -> None:
+    for step in range(steps):
+        x, y = next(a), next(b)
+        assert sorted(x) == sorted(y)
+        for key in x:
+            assert x[key].dtype == y[key].dtype, (step, key)
+            np.testing.assert_array_equal(x[key], y[key], err_msg=f"step {step} {key}")
+
+
+def fresh_copy(corpora, name: str = "en") -> tuple[str, str]:
+    """The local corpus ``name`` uploaded again under a prefix of its own (tests that change
+    or delete objects)."""
+    local = corpora[name][0]
+    url = f"s3://{BUCKET}/scratch/{uuid.uuid4().hex}"
+    upload(Path(local), url)
+    return local, url
+
+
+def test_documents_offsets_and_fingerprint_are_the_local_ones(corpora):
+    for local_path, url in corpora.values():
+        local, remote = gp.open_corpus(local_path), gp.open_corpus(url)
+        assert type(remote).__name__ == "RemoteShardSource"
+        assert remote.fingerprint == local.fingerprint
+        assert (len(remote), remote.num_tokens, remote.dtype) == (
+            len(local),
+            local.num_tokens,
+            local.dtype,
+        )
+        np.testing.assert_array_equal(remote.offsets, local.offsets)
+        for i in range(len(local)):
+            np.testing.assert_array_equal(remote[i], local[i])
+        n = local.num_tokens
+        np.testing.assert_array_equal(remote.read_tokens(0, n), local.read_tokens(0, n))
+        stats = remote.stats
+        assert stats["requests"] > 0 and stats["bytes"] > 0 and stats["pieces"] > 0
+
+
+@pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_batches_from_s3_are_the_local_batches(corpora, name, count):
+    local, remote = configs(corpora, CONFIGS[name])
+    for p in range(count):
+        a = iter(gp.make_dataset(local, process_index=p, process_count=count))
+        b = iter(gp.make_dataset(remote, process_index=p, process_count=count))
+        assert_same_batches(a, b, 40)
+        state = b.get_state()
+        assert state == a.get_state()  # the corpus fingerprint is the local one
+    # an elastic restore: the remote state of P processes continues on 1 local process
+    again = iter(gp.make_dataset(remote, process_index=0, process_count=1))
+    local_again = iter(gp.make_dataset(local, process_index=0, process_count=1))
+    first = iter(gp.make_dataset(remote, process_index=0, process_count=1))
+    for _ in range(7):
+        next(first)
+    again.set_state(first.get_state())
+    local_again.set_state(first.get_state())
+    assert_same_batches(again, local_again, 5)
+
+
+@pytest.mark.slow
+def test_spawned_workers_create_their_own_clients(corpora):
+    local, remote = configs(corpora, CONFIGS["mixed-provenance"])
+    a = iter(gp.make_dataset(local))
+    b = iter(gp.make_dataset(remote, worker_count=2))
+    try:
+        assert_same_batches(a, b, 60)
+    finally:
+        b.close() if hasattr(b, "close") else None
+
+
+def test_a_source_pickles_its_url_and_pins_not_a_client(corpora, tmp_path, monkeypatch):
+    source = gp.open_corpus(corpora["en"][1])
+    data = pickle.dumps(source)
+    assert len(data) < 20_000
+    assert b"obstore" not in data
+    monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path / "other-host"))  # an empty cache
+    copy = pickle.loads(data)
+    np.testing.assert_array_equal(copy.read_tokens(100, 5000), source.read_tokens(100, 5000))
+    assert copy.stats["metadata_fetches"] == len(copy.metadata)  # fetched again, by sha256
+    assert copy.etags == source.etags
+
+
+def test_metadata_is_cached_by_sha256_and_a_damaged_copy_is_fetched_again(corpora):
+    from grainpack.corpus.cache import cache_root
+    from grainpack.corpus.native import read_manifest
+
+    local, url = corpora["en"]
+    gp.open_corpus(url)  # the cache holds it now
+    manifest = read_manifest(local)
+    shas = [s[k] for s in manifest["shards"] for k in ("offsets_sha256", "summary_sha256")]
+    for sha in shas:
+        assert (cache_root() / "remote" / f"{sha}.bin").is_file()
+    again = gp.open_corpus(url)
+    assert again.stats.get("metadata_fetches", 0) == 0
+    assert again.stats["metadata_cache_hits"] == len(shas)
+    damaged = cache_root() / "remote" / f"{shas[0]}.bin"
+    raw = bytearray(damaged.read_bytes())
+    raw[8] ^= 0xFF
+    damaged.write_bytes(bytes(raw))
+    third = gp.open_corpus(url)
+    assert third.stats["metadata_fetches"] == 1
+    np.testing.assert_array_equal(third.offsets, gp.open_corpus(local).offsets)
+
+
+def test_a_metadata_object_that_does_not_match_its_sha256_is_refused(
+    corpora, tmp_path, monkeypatch
+):
+    import obstore
+    from obstore.store import from_url
+
+    monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path))  # else the good copy is cached
+    local, url = fresh_copy(corpora)
+    name = "offsets-00001.bin"
+    data = bytearray((Path(local) / name).read_bytes())
+    data[-9] ^= 1
+    obstore.put(from_url(url), name, bytes(data))
+    with pytest.raises(CorpusError, match=f"{url}/{name}: its sha256 is"):
+        gp.open_corpus(url)
+
+
+def test_an_object_replaced_during_a_run_is_refused(corpora):
+    import obstore
+    from obstore.store import from_url
+
+    local, url = fresh_copy(corpora)
+    source = open_remote(url, options=RemoteOptions(memory_bytes=0))
+    n = source.shards[0].num_tokens
+    np.testing.assert_array_equal(source.read_tokens(0, n), gp.open_corpus(local).read_tokens(0, n))
+    name = "tokens-00000.bin"
+    obstore.put(from_url(url), name, bytes(2 * n))  # same size, other tokens
+    with pytest.raises(CorpusError, match=f"{url}/{name}: changed since the corpus was opened"):
+        source.read_tokens(0, 10)
+    # the pipeline refuses it too, naming the object
+    config = gp.PipelineConfig(sources={"en": url}, block=31, global_batch_size=8)
+    with pytest.raises(CorpusError, match=f"{url}/tokens-0000"):
+        fresh = iter(gp.make_dataset(config))
+        for name in ("tokens-00001.bin", "tokens-00002.bin", "tokens-00003.bin"):
+            obstore.put(from_url(url), name, bytes((Path(local) / name).stat().st_size))
+        for _ in range(200):
+            next(fresh)
+
+
+def test_a_missing_object_or_bucket_names_the_url(corpora):
+    import obstore
+    from obstore.store import from_url
+
+    with pytest.raises(CorpusNotFoundError, match=f"s3://{BUCKET}/nothing-here/manifest.json"):
+        gp.open_corpus(f"s3://{BUCKET}/nothing-here")
+    with pytest.raises(CorpusNotFoundError, match=re.escape("s3://no-such-bucket-33/c/manifest.json")):
+        gp.open_corpus("s3://no-such-bucket-33/c")
+    _, url = fresh_copy(corpora)
+    obstore.delete(from_url(url), "tokens-00002.bin")
+    with pytest.raises(CorpusNotFoundError, match=f"{url}/tokens-00002.bin: not found"):
+        gp.open_corpus(url)
+    with pytest.raises(FileNotFoundError):  # a CorpusNotFoundError is one
+        gp.open_corpus(url)
+
+
+def test_a_truncated_object_is_refused_at_open(corpora):
+    import obstore
+    from obstore.store import from_url
+
+    local, url = fresh_copy(corpora)
+    data = (Path(local) / "tokens-00001.bin").read_bytes()
+    obstore.put(from_url(url), "tokens-00001.bin", data[:-2])
+    with pytest.raises(CorpusError, match=f"{url}/tokens-00001.bin: has {len(data) - 2} bytes"):
+        gp.open_corpus(url)
+
+
+def test_verify_and_describe_read_urls(corpora):
+    for local, url in corpora.values():
+        a, b = gp.verify_corpus(local), gp.verify_corpus(url)
+        assert b.path == url and b.kind == "grainpack"
+        assert {k: v for k, v in vars(b).items() if k != "path"} == {
+            k: v for k, v in vars(a).items() if k != "path"
+        }
+        assert gp.corpus.describe_corpus(url) == gp.corpus.describe_corpus(local)
+
+
+def test_verify_finds_a_token_object_changed_behind_the_manifest(corpora):
+    import obstore
+    from obstore.store import from_url
+
+    local, url = fresh_copy(corpora)
+    data = bytearray((Path(local) / "tokens-00003.bin").read_bytes())
+    data[4] ^= 1
+    obstore.put(from_url(url), "tokens-00003.bin", bytes(data))
+    with pytest.raises(CorpusError, match=f"{url}/tokens-00003.bin: sha256 mismatch"):
+        gp.verify_corpus(url)
+
+
+def test_writing_to_a_url_is_refused_with_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match=r"not supported yet.*manifest\.json last"):
+        gp.write_corpus("s3://bucket/out", [[1, 2]])
+    with pytest.raises(ValueError, match="not supported yet"):
+        gp.ingest.merge_corpora([str(tmp_path)], "gs://bucket/out")
+
+
+def test_the_cli_reads_urls(corpora, capsys):
+    from grainpack.cli.main import main
+
+    url = corpora["en"][1]
+    assert main(["inspect", url, "--json"]) == 0
+    assert '"documents": 900' in capsys.readouterr().out
+    assert main(["verify", url]) == 0
+    assert f"OK {url}" in capsys.readouterr().out
+    assert main(["show-step", "--source", f"en={url}", "--block", "31", "--batch-size", "4",
+                 "3"]) == 0  # fmt: skip
+    assert "global step 3" in capsys.readouterr().out
+
+
+def test_documents_written_with_file_urls_read_as_local_paths(tmp_path):
+    gp.write_corpus(tmp_path / "c", documents(3, 20, 50))
+    source = gp.open_corpus(f"file://{tmp_path}/c")
+    assert type(source).__name__ == "TokenShardSource" and len(source) == 20
+
+
+def test_building_to_a_url_is_refused_before_any_work(tmp_path):
+    (tmp_path / "a.txt").write_text("some text\n")
+    with pytest.raises(ValueError, match="not supported yet"):
+        gp.ingest.build_corpus([tmp_path / "a.txt"], "az://container/out", tokenizer="bytes")
+    assert not Path("az:").exists()
