@@ -252,3 +252,49 @@ def test_compiled_placement_equals_the_reference():
         want = best_fit_rows(sizes, width, cap)
         got = compiled.best_fit(sizes.astype(np.int64), width, cap)
         assert got[1] == want[1] and np.array_equal(got[0], want[0]), trial
+
+
+def keep_even(order: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    """A selector: the even documents, in the order given."""
+    return order[order % 2 == 0]
+
+
+def test_schedules_and_selectors_pack_the_kept_documents(corpora):
+    paths, docs = corpora
+    weights = [(0, {"en": 0.9, "fr": 0.1}), gp.Stage(10, {"en": 0.2, "fr": 0.8}, ramp=5)]
+    cfg = config(paths, weights=weights, sequence_selector=keep_even, provenance=True)
+    batches = PipelineBatches(cfg)
+    reference = take(iter(gp.make_dataset(cfg, process_index=0, process_count=1)), 30)
+    halves = [
+        take(iter(gp.make_dataset(cfg, process_index=p, process_count=2)), 30) for p in (0, 1)
+    ]
+    for t, batch in enumerate(reference):
+        np.testing.assert_array_equal(tokens(batch), expected_rows(batches, docs, t))
+        for key, value in batch.items():
+            for p in (0, 1):
+                np.testing.assert_array_equal(value[p::2], halves[p][t][key], err_msg=key)
+        named = batch["segment_document"][batch["segment_document"] >= 0]
+        assert (named % 2 == 0).all()  # only the kept documents
+    rows = batches.rows(0)
+    n = rows.rows_in_epoch(0)
+    assert sorted(set(rows.spans(0, np.arange(n)).document.tolist())) == [
+        d for d in range(len(docs["en"])) if d % 2 == 0 and len(docs["en"][d]) + 1 > 0
+    ]
+
+
+def test_show_step_names_the_packed_documents(corpora):
+    paths, _ = corpora
+    cfg = config({"en": paths["en"]})
+    shown = gp.pipeline.describe_step(cfg, 3, process_count=2)
+    batch = take(
+        iter(
+            gp.make_dataset(
+                config({"en": paths["en"]}, provenance=True), process_index=0, process_count=1
+            )
+        ),
+        4,
+    )[3]
+    for k, row in enumerate(shown["rows"]):
+        documents = [segment["document"] for segment in row["segments"]]
+        named = batch["segment_document"][k]
+        assert documents == named[named >= 0].tolist()
