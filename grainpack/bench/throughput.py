@@ -55,7 +55,7 @@ from grainpack.ingest.writer import CorpusWriter
 from grainpack.pipeline import fast
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
-from grainpack.pipeline.dataset import batch_digest, make_dataset
+from grainpack.pipeline.dataset import make_dataset
 from grainpack.pipeline.elements import group_rows
 from grainpack.pipeline.expand import expand_rows
 from grainpack.reference.windows import MixedStream
@@ -275,10 +275,9 @@ def _first_batch(config: PipelineConfig, state: dict[str, int] | None = None) ->
 
 
 def _restore_state(config: PipelineConfig, step: int) -> dict[str, int]:
-    """A checkpoint state at ``step`` with the digest of batch ``step - 1``, as saved."""
-    dataset = make_dataset(config, process_index=0, process_count=1)
-    state = iter(dataset).get_state()
-    return dict(state, step=step, digest=batch_digest(dataset.batches.batch(step - 1, 0)))
+    """The checkpoint state at ``step`` (batch ``step - 1`` recomputed for its digest), as
+    the iterator saves it."""
+    return iter(make_dataset(config, process_index=0, process_count=1)).state_after(step)
 
 
 def _machine() -> dict[str, Any]:
