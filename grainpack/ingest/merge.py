@@ -57,8 +57,8 @@ def merge_corpora(
 
     Raises:
         CorpusError: A part is not a complete native corpus, its offsets are corrupt, or the
-          parts disagree; a shard is a link out of its part's folder, changed after the part
-          was opened, or cannot be hard-linked (permissions, a full disk).
+            parts disagree; a shard is a link out of its part's folder, changed after the
+            part was opened, or cannot be hard-linked (permissions, a full disk).
         CorpusExistsError: ``out`` holds a corpus and ``overwrite`` is false.
         ValueError: ``out`` is on another file system than the parts (no hard links).
 
