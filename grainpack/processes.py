@@ -9,7 +9,12 @@ import signal
 import threading
 from collections.abc import Iterator
 
-__all__ = ["exit_with_parent", "importing_main_in_a_child", "starting_children"]
+__all__ = [
+    "exit_with_parent",
+    "importing_main_in_a_child",
+    "interrupts_deferred",
+    "starting_children",
+]
 
 
 def importing_main_in_a_child() -> bool:
@@ -50,3 +55,38 @@ def starting_children() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Holds back a Ctrl-C (SIGINT) received in the body until the body ends, where it
+    raises as usual (``KeyboardInterrupt``), so that it cannot fall between taking a
+    resource (a lock's file descriptor) and registering its release. Python handles signals
+    in the main thread only: elsewhere, or where SIGINT is not handled by a Python
+    function (ignored, the default action), this does nothing.
+
+    Example:
+        >>> previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        >>> try:
+        ...     with interrupts_deferred():
+        ...         signal.raise_signal(signal.SIGINT)  # a Ctrl-C
+        ...         print("the body ends")
+        ... except KeyboardInterrupt:
+        ...     print("then it is interrupted")
+        ... finally:
+        ...     _ = signal.signal(signal.SIGINT, previous)
+        the body ends
+        then it is interrupted
+    """
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []  # not the frame: it would keep the body's objects alive
+    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        if received:
+            handler(received[0], None)

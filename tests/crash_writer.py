@@ -1,4 +1,4 @@
-"""Builds corpora with ``CorpusWriter`` so that ``tests/e2e/test_crash.py`` can SIGKILL it mid-way.
+"""Builds corpora with ``CorpusWriter`` so that ``tests/e2e/test_crash.py`` can kill it mid-way.
 
 The documents are a pure function of ``(seed, count)`` (see :func:`documents`), so the test
 knows what a complete build holds. A build prints ``started`` once the writer is open,
@@ -15,9 +15,21 @@ knows what a complete build holds. A build prints ``started`` once the writer is
 stdin line and answers on stdout, each line prefixed with the command's ``tag``:
 ``{"op": "write", "tag", "path", "seed", "count", "shard_tokens", "overwrite", "pause"}`` forks
 a child that runs one build (``pause``: ``null``, ``"after:K"``, ``"publish"`` or
-``"published"``) and answers ``pid <pid>``, then the child's own events; ``{"op": "reap",
-"tag", "pid"}`` waits for that child and answers ``exit <status>``. Forking a warm process
-makes a killed writer cost milliseconds, so a test can kill hundreds.
+``"published"``) and answers ``pid <pid>``, then the child's own events; ``{"op": "build",
+"tag", "inputs", "out", "workers", "shuffle", "overwrite", "part_bytes", "shard_tokens",
+"pause"}`` forks a child, the leader of a process group of its own (its build workers join
+it, as a terminal's job), that runs ``build_corpus(..., tokenizer="bytes")`` (``pause``:
+``null``, ``"publish:K"`` or ``"published:K"``, at the ``K``-th publish of this process: its
+parts, with one worker, then the merge, then a shuffled copy) and also answers ``log
+<message>`` for the build's notes (parts reused); ``{"op": "reap", "tag", "pid"}`` waits for
+that child and answers ``exit <status>``. Forking a warm process makes a killed writer cost
+milliseconds, so a test can kill hundreds.
+
+A child interrupted by SIGINT (``KeyboardInterrupt``, whether in the build or around it)
+checks, in its own process as a Python session would meet it, that it holds no lock file
+open and left no staging folder of its own (``.NAME.tmp-<its pid>-...``, at any depth of the
+output's folder), and answers ``interrupted`` (exit status 130), or ``error ...`` naming
+what is left.
 
 Usage::
 
@@ -30,15 +42,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from grainpack.corpus.errors import CorpusExistsError
 from grainpack.ingest import transaction as writer_module
+from grainpack.ingest.build import build_corpus
 from grainpack.ingest.transaction import Transaction
 from grainpack.ingest.writer import CorpusWriter
 
@@ -56,23 +72,30 @@ def sleep_until_killed() -> None:
         time.sleep(1)
 
 
-def pause_at(moment: str | None, say: Callable[[str], None]) -> None:
-    """Makes ``close()`` stop before (``publish``) or after (``published``) its rename."""
+def pause_at(moment: str | None, say: Callable[[str], None], nth: int = 1) -> None:
+    """Makes the ``nth`` publish of this process (a ``close()``, a merge) stop before
+    (``publish``) or after (``published``) its rename."""
+    published = 0
     if moment == "publish":
         rename = Transaction._rename
 
-        def before(self: Transaction) -> None:
-            say("publishing")
-            sleep_until_killed()
-            rename(self)
+        def before(self: Transaction) -> Path | None:
+            nonlocal published
+            published += 1
+            if published == nth:
+                say("publishing")
+                sleep_until_killed()
+            return rename(self)
 
         Transaction._rename = before  # type: ignore[method-assign]
     elif moment == "published":
         renameat2 = writer_module._renameat2
 
         def after(*args: object) -> bool:
+            nonlocal published
             done = renameat2(*args)  # type: ignore[arg-type]
-            if done:
+            published += done
+            if done and published == nth:
                 say("published")
                 sleep_until_killed()
             return done
@@ -120,12 +143,21 @@ def serve() -> None:
             _, status = os.waitpid(command["pid"], 0)
             _line(f"{tag} exit {os.waitstatus_to_exitcode(status)}")
             continue
+        group = command["op"] == "build"
         pid = os.fork()
         if pid:
+            if group:  # (both sides: a signal to the group may follow the "pid" line at once)
+                os.setpgid(pid, 0)
             _line(f"{tag} pid {pid}")
             continue
         # the child: one build, then exit without running the zygote's cleanup
-        os._exit(_serve_one(command))
+        code = 1
+        try:
+            if group:
+                os.setpgid(0, 0)
+            code = _serve_one(command)
+        finally:
+            os._exit(code)
 
 
 def _serve_one(command: dict) -> int:
@@ -134,28 +166,91 @@ def _serve_one(command: dict) -> int:
     def say(event: str) -> None:
         _line(f"{tag} {event}")
 
+    folder = Path(command["path" if command["op"] == "write" else "out"]).parent
+    try:
+        try:
+            if command["op"] == "write":
+                _write(command, say)
+            else:
+                _build_text(command, say)
+        except CorpusExistsError as err:
+            say(f"refused {err}")
+            return 0
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:
+            say(f"error {type(err).__name__}: {err}")
+            return 1
+        say("done")
+        return 0
+    except KeyboardInterrupt:  # in the build or around it (before it began, after "done")
+        left = interrupt_leftovers(folder)
+        say(f"error after the interrupt: {left}" if left else "interrupted")
+        return 1 if left else 130
+
+
+def interrupt_leftovers(folder: Path) -> list[str]:
+    """What this process holds or left after an interrupt: lock files it still has open,
+    and staging folders named with its pid, at any depth of ``folder``."""
+    left = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            name = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the descriptor of listdir itself, closed since
+            continue
+        if name.removesuffix(" (deleted)").endswith(".lock"):
+            left.append(f"lock {name} open (fd {fd})")
+    own = re.compile(rf"\..+\.tmp-{os.getpid()}-[0-9a-f]{{8}}")
+    for root, dirs, _ in os.walk(folder):
+        left += [f"staging folder {root}/{d}" for d in dirs if own.fullmatch(d)]
+    return left
+
+
+def _write(command: dict, say: Callable[[str], None]) -> None:
     pause = command.get("pause")
     after = int(pause.split(":")[1]) if pause and pause.startswith("after:") else None
-    try:
-        pause_at(pause, say)
-        build(
-            command["path"],
-            seed=command["seed"],
-            count=command["count"],
-            shard_tokens=command["shard_tokens"],
-            overwrite=command["overwrite"],
-            progress=1,
-            pause_after=after,
-            say=say,
-        )
-    except CorpusExistsError as err:
-        say(f"refused {err}")
-        return 0
-    except BaseException as err:
-        say(f"error {type(err).__name__}: {err}")
-        return 1
-    say("done")
-    return 0
+    pause_at(pause, say)
+    build(
+        command["path"],
+        seed=command["seed"],
+        count=command["count"],
+        shard_tokens=command["shard_tokens"],
+        overwrite=command["overwrite"],
+        progress=1,
+        pause_after=after,
+        say=say,
+    )
+
+
+class _Notes(logging.Handler):
+    """Answers the build's notes (parts reused or discarded, a staged corpus reused)."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        super().__init__(logging.INFO)
+        self.say = say
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.say(f"log {record.getMessage()}")
+
+
+def _build_text(command: dict, say: Callable[[str], None]) -> None:
+    if command.get("pause"):
+        moment, nth = command["pause"].split(":")
+        pause_at(moment, say, int(nth))
+    notes = logging.getLogger("grainpack.ingest")
+    notes.setLevel(logging.INFO)
+    notes.addHandler(_Notes(say))
+    say("started")
+    build_corpus(
+        command["inputs"],
+        command["out"],
+        tokenizer="bytes",
+        workers=command["workers"],
+        shuffle=command["shuffle"],
+        overwrite=command["overwrite"],
+        part_bytes=command["part_bytes"],
+        shard_tokens=command["shard_tokens"],
+    )
 
 
 def main(argv: Sequence[str]) -> None:

@@ -96,6 +96,8 @@ def _open(p: Path, eos_id: int | None) -> TokenShardSource:
         return open_megatron(prefix, eos_id=eos_id)
     if not p.exists():
         raise CorpusNotFoundError(not_a_corpus(p).replace("is not a corpus", "does not exist"))
+    if p.is_dir():  # none at the checks above: a corpus published meanwhile
+        return _open(p, eos_id)
     raise CorpusError(not_a_corpus(p))
 
 

@@ -358,8 +358,17 @@ def _staged(stage: Path, plan: BuildPlan) -> Iterator[list[Path]]:
         yield todo
     except BaseException as err:
         if not _resumable(err):
-            shutil.rmtree(stage, ignore_errors=True)
+            _remove_stage(stage)
         raise
+    _remove_stage(stage)
+
+
+def _remove_stage(stage: Path) -> None:
+    """Removes a parts folder, its plan first: a removal cut short (killed, a Ctrl-C) must
+    not leave a part that looks complete (its manifest kept, a shard gone) for a rerun to
+    resume."""
+    with contextlib.suppress(OSError):
+        (stage / "plan.json").unlink(missing_ok=True)
     shutil.rmtree(stage, ignore_errors=True)
 
 

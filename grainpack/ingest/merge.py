@@ -144,7 +144,11 @@ def merge_corpora(
     except BaseException:
         transaction.abort()
         raise
-    transaction.publish()
+    try:
+        transaction.publish()
+    except KeyboardInterrupt:  # one as publish begins: it aborts (a no-op once published)
+        transaction.abort()
+        raise
     return open_corpus(out)
 
 

@@ -43,6 +43,7 @@ from grainpack.corpus.errors import CorpusError, CorpusExistsError, OverwriteErr
 from grainpack.corpus.native import FORMAT_NAME, MANIFEST_NAME, SHARD_FILE, PathLike, leftovers
 from grainpack.corpus.urls import refuse_url_output
 from grainpack.index.checks import check_bool
+from grainpack.processes import interrupts_deferred
 
 __all__ = [
     "Transaction",
@@ -120,10 +121,26 @@ def _target(path: Path) -> Path:
 
 class _Lock:
     """``flock`` on ``DIR/.NAME.lock``, the file removed on release (a reused path is
-    re-checked on acquire, so a writer never holds a lock on a deleted file)."""
+    re-checked on acquire, so a writer never holds a lock on a deleted file).
+
+    A lock dropped unreleased (a ``KeyboardInterrupt`` right after it was taken, before its
+    taker could record it) is released when it is collected, so that this process does not
+    keep it and refuse its own next write."""
 
     def __init__(self, target: Path) -> None:
         self.path = target.parent / f".{target.name}.lock"
+        # a Ctrl-C between opening the file and registering its release would leak the lock
+        try:
+            with interrupts_deferred():
+                fd = self._acquire(target)
+                self._release = weakref.finalize(self, _unlock, self.path, fd, os.getpid())
+        except KeyboardInterrupt:  # held back to here: the caller never gets the lock
+            if hasattr(self, "_release"):
+                self._release()
+            raise
+        self.fd: int | None = fd
+
+    def _acquire(self, target: Path) -> int:
         while True:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -152,13 +169,21 @@ class _Lock:
             self.path.unlink(missing_ok=True)
             os.close(fd)
             raise os_error(err, f"cannot write a corpus at {target}: writing", self.path) from err
-        self.fd: int | None = fd
+        return fd
 
     def release(self) -> None:
-        if self.fd is not None:
-            self.path.unlink(missing_ok=True)
-            os.close(self.fd)
-            self.fd = None
+        self._release()
+        self.fd = None
+
+
+def _unlock(path: Path, fd: int, owner: int) -> None:
+    """Releases a lock: removes its file (not from a forked child: the lock is its
+    parent's), then closes it."""
+    try:
+        if os.getpid() == owner:
+            path.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
 
 
 def write_lock(path: PathLike) -> _Lock:
@@ -313,27 +338,30 @@ class Transaction:
         self.target = target = _target(self.path)
         made = [p for p in target.parents if not p.exists()]  # their entries are synced too
         self._synced = [target.parent, *(p.parent for p in made)]
+        self._token = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.staging = target.parent / f".{target.name}.tmp-{self._token}"
+        # An unpublished transaction (an exception, a Ctrl-C, a forgotten close) is aborted
+        # when it is collected or the interpreter exits: registered with the lock, before
+        # the staging folder exists (no Ctrl-C falls between them).
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            self._lock = _Lock(target)
-        except CorpusError:
-            raise
-        except OSError as err:
-            raise os_error(err, "cannot write a corpus at") from err
-        try:
+            with interrupts_deferred():
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    self._lock = _Lock(target)
+                except CorpusError:
+                    raise
+                except OSError as err:
+                    raise os_error(err, "cannot write a corpus at") from err
+                self._cleanup = weakref.finalize(self, _abandon, self.staging, self._lock)
             _recover(target)
             _replaceable(target, overwrite)
-            self._token = f"{os.getpid()}-{secrets.token_hex(4)}"
-            self.staging = target.parent / f".{target.name}.tmp-{self._token}"
             self.staging.mkdir()
         except BaseException as err:
-            self._lock.release()
+            if hasattr(self, "_cleanup"):  # (else the lock was not taken)
+                self._cleanup()
             if isinstance(err, OSError) and not isinstance(err, CorpusError):
                 raise os_error(err, "cannot write a corpus at") from err
             raise
-        # An unpublished transaction (an exception without ``with``, a forgotten close) is
-        # aborted when it is collected or the interpreter exits.
-        self._cleanup = weakref.finalize(self, _abandon, self.staging, self._lock)
 
     def write_file(self, name: str, data: bytes) -> None:
         """Writes ``data`` to ``name`` in the staging folder, durably.
@@ -378,26 +406,37 @@ class Transaction:
             if isinstance(err, OSError) and not isinstance(err, CorpusError):
                 raise self.failed(err) from err
             raise
-        self._cleanup.detach()  # published: what is left to do must not undo it
         try:
-            for folder in self._synced:  # the new corpus's entry, then its new folders'
-                try:
-                    _fsync_dir(folder)
-                except OSError as err:  # the old corpus stays beside it: the next write
-                    raise os_error(  # removes it
-                        err,
-                        f"{self.path} was published, but a crash may still undo it: syncing",
-                        folder,
-                    ) from err
-            if replaced is not None and replaced != self.staging:  # set aside by two renames:
-                with contextlib.suppress(OSError):  # named as staging, no later write takes
-                    os.rename(replaced, self.staging)  # it for an overwrite to roll back
-                    replaced = self.staging
-            # The replaced folder: readers that mapped its files keep them until they unmap.
-            if replaced is not None and replaced.exists():
-                _remove(replaced, f"{self.path} was published, but the corpus it replaced")
+            self._cleanup.detach()  # published: what is left to do must not undo it
+            self._tidy(replaced)
+        except KeyboardInterrupt:  # published: the corpus it replaced still goes (a second
+            with contextlib.suppress(Exception):  # Ctrl-C stops that: the next write does it)
+                self._tidy(replaced)
+            raise
         finally:
             self._lock.release()
+
+    def _tidy(self, replaced: Path | None) -> None:
+        """After the rename: syncs the folders, then deletes the replaced folder, if any
+        (again after an interrupt: what is done already is skipped)."""
+        for folder in self._synced:  # the new corpus's entry, then its new folders'
+            try:
+                _fsync_dir(folder)
+            except OSError as err:  # the old corpus stays beside it: the next write
+                raise os_error(  # removes it
+                    err,
+                    f"{self.path} was published, but a crash may still undo it: syncing",
+                    folder,
+                ) from err
+        if replaced is None:
+            return
+        if replaced != self.staging and replaced.exists():  # set aside by two renames:
+            with contextlib.suppress(OSError):  # named as staging, no later write takes
+                os.rename(replaced, self.staging)  # it for an overwrite to roll back
+        # The replaced folder: readers that mapped its files keep them until they unmap.
+        for folder in dict.fromkeys((self.staging, replaced)):
+            if folder.exists():
+                _remove(folder, f"{self.path} was published, but the corpus it replaced")
 
     def _rename(self) -> Path | None:
         """Publishes the staging folder; returns where the replaced folder now is, if any."""

@@ -379,17 +379,17 @@ class CorpusWriter:
         self.path, self.vocab_size, self.eos_id = Path(path), vocab_size, eos_id
         self.shard_tokens, self.overwrite = shard_tokens, overwrite
         self._transaction = Transaction(self.path, overwrite=overwrite)
-        self._staging = self._transaction.staging
-        self._shards: list[dict[str, Any]] = []
-        self._current: _ShardFiles | None = None
-        self._num_documents = self._num_tokens = 0
-        self._stream = _Stream()
-        self._dmax = min(int(np.iinfo(self._dtype).max), MAX_TOKEN_ID)
-        self._closed = False
-        self.shuffle = shuffle  # checked before the transaction: nothing to undo
-        self._input: CorpusWriter | None = None  # with shuffle: the input, in input order
-        if self.shuffle is not None:
-            try:
+        try:  # (a Ctrl-C here: the caller never gets the writer to abort)
+            self._staging = self._transaction.staging
+            self._shards: list[dict[str, Any]] = []
+            self._current: _ShardFiles | None = None
+            self._num_documents = self._num_tokens = 0
+            self._stream = _Stream()
+            self._dmax = min(int(np.iinfo(self._dtype).max), MAX_TOKEN_ID)
+            self._closed = False
+            self.shuffle = shuffle  # checked before the transaction: nothing to undo
+            self._input: CorpusWriter | None = None  # with shuffle: the input, in input order
+            if self.shuffle is not None:
                 self._input = CorpusWriter(
                     self._staging / SHUFFLE_STAGING,
                     dtype=self._dtype.name,
@@ -397,9 +397,9 @@ class CorpusWriter:
                     eos_id=eos_id,
                     shard_tokens=shard_tokens,
                 )
-            except BaseException:
-                self._transaction.abort()
-                raise
+        except BaseException:
+            self._transaction.abort()
+            raise
 
     @property
     def num_documents(self) -> int:
@@ -454,7 +454,11 @@ class CorpusWriter:
             if isinstance(err, OSError) and not isinstance(err, CorpusError):
                 raise self._transaction.failed(err) from err
             raise
-        self._transaction.publish()
+        try:
+            self._transaction.publish()
+        except KeyboardInterrupt:  # one as publish begins: it aborts (a no-op once published)
+            self._transaction.abort()
+            raise
 
     def _finish(self) -> None:
         if self._input is not None:

@@ -25,6 +25,7 @@ import os
 import pathlib
 import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -267,7 +268,8 @@ def test_two_writer_processes_on_one_path_the_second_is_refused(tmp_path, refere
 
 
 class Zygote:
-    """``crash_writer.py --serve``: forks writers on demand; collects their lines per tag."""
+    """``crash_writer.py --serve``: forks writers on demand; collects their lines per tag
+    (and the last lines of everyone's stderr, read as well so that no pipe fills up)."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
@@ -279,8 +281,10 @@ class Zygote:
             env=child_env(),
         )
         self.events: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
+        self.stderr: collections.deque[str] = collections.deque(maxlen=40)
         self.changed = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self.stderr.extend, args=(self.proc.stderr,), daemon=True).start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -301,12 +305,28 @@ class Zygote:
 
         with self.changed:
             if not self.changed.wait_for(found, timeout=TIMEOUT):
-                pytest.fail(f"writer {tag} did not print {prefixes}: {self.events[tag][-5:]}")
+                pytest.fail(
+                    f"writer {tag} did not print {prefixes}: {self.events[tag][-5:]}; "
+                    f"stderr: {''.join(self.stderr)[-2000:]}"
+                )
             return found()  # type: ignore[return-value]
 
-    def close(self) -> None:
+    def reap(self, tag: str, pid: int) -> int:
+        """Waits for writer ``tag`` (process ``pid``) to exit; its exit code (-N: signal N)."""
+        self.send(op="reap", tag=tag, pid=pid)
+        return int(self.wait_for(tag, "exit ").split()[1])
+
+    def close(self, pids: Sequence[int] = ()) -> None:
+        """Ends the zygote; first SIGKILLs ``pids`` (children of a failed test) if alive."""
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         self.proc.stdin.close()
-        self.proc.wait(timeout=TIMEOUT)
+        try:
+            self.proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:  # still reaping a child that does not exit
+            self.proc.kill()
+            self.proc.wait(timeout=TIMEOUT)
         self.proc.stdout.close()
         self.proc.stderr.close()
 
@@ -327,14 +347,22 @@ def read_documents(path: pathlib.Path) -> list[tuple[int, ...]] | None:
 WRITER_COUNT, WRITER_SHARD_TOKENS = 30, 128  # ~1200 tokens in ~10 shards: 20 files to tear
 PROPERTY_CASES = 240
 TIMER_SECONDS = 0.05  # about the life of one writer: a random instant falls anywhere in it
+# the seed of the property tests' random choices; GRAINPACK_CRASH_SEED=N replays another run
+PROPERTY_SEED = int(os.environ.get("GRAINPACK_CRASH_SEED", SEED))
+SIGNALS = {"kill": signal.SIGKILL, "int": signal.SIGINT}  # SIGINT: Ctrl-C, KeyboardInterrupt
 
 
 def test_property_path_always_holds_a_complete_corpus(tmp_path):
-    """Random writers over one path: each overwrites, races another or not, and is killed at
-    a pause point, at a random instant or not at all. After every case, and at every poll
-    while the writers run, the path holds exactly one of the versions written so far (the
-    last complete one or a new one), never a mix of two, never nothing."""
-    rng = random.Random(SEED)
+    """Random writers over one path: each overwrites, races another or not, and is stopped
+    at a pause point, at a random instant or not at all, by SIGKILL or by SIGINT (a
+    ``KeyboardInterrupt`` it handles). After every case, and at every poll while the writers
+    run, the path holds exactly one of the versions written so far (the last complete one or
+    a new one), never a mix of two, never nothing. An interrupted writer holds no lock and
+    left no staging folder of its own (it checks in its own process, then so does the test).
+    """
+    seed = PROPERTY_SEED
+    print(f"property seed {seed} (GRAINPACK_CRASH_SEED={seed} replays this run)")
+    rng = random.Random(seed)
     path = tmp_path / "corpus"
     versions = {
         seed: [tuple(d.tolist()) for d in crash_writer.documents(seed, WRITER_COUNT)]
@@ -345,65 +373,278 @@ def test_property_path_always_holds_a_complete_corpus(tmp_path):
     current = 0
     kinds = collections.Counter()
     zygote = Zygote()
+    live: set[int] = set()  # started and not reaped: SIGKILLed if the test fails
     try:
         for case in range(PROPERTY_CASES):
+            where = f"seed {seed}, case {case}"
             writers = [2 * case + 1] + ([2 * case + 2] if rng.random() < 0.25 else [])
             pids = {}
             plans = {}
-            for seed in writers:
+            for version in writers:
                 how = rng.choice(["after", "publish", "published", "timer", "timer", "none"])
                 pause = {
                     "after": f"after:{rng.randint(1, WRITER_COUNT)}",
                     "publish": "publish",
                     "published": "published",
                 }.get(how)
-                tag = f"w{seed}"
+                tag = f"w{version}"
                 zygote.send(
                     op="write",
                     tag=tag,
                     path=str(path),
-                    seed=seed,
+                    seed=version,
                     count=WRITER_COUNT,
                     shard_tokens=WRITER_SHARD_TOKENS,
                     overwrite=rng.random() < 0.9,
                     pause=pause,
                 )
                 pids[tag] = int(zygote.wait_for(tag, "pid ").split()[1])
-                plans[tag] = (how, pause)
+                live.add(pids[tag])
+                plans[tag] = (how, pause, rng.choice(list(SIGNALS)))
             allowed = {current, *writers}
-            ends = ("done", "refused", "error")
-            for tag, (how, pause) in plans.items():
-                if pause is not None:  # killed where it stopped (unless it ended first)
+            ends = ("done", "refused", "error", "interrupted")
+            for tag, (how, pause, sig) in plans.items():
+                if pause is not None:  # stopped where it paused (unless it ended first)
                     event = zygote.wait_for(tag, "paused" if how == "after" else pause, *ends)
-                elif how == "timer":  # killed at a random instant of its life
+                elif how == "timer":  # stopped at a random instant of its life
                     deadline = time.monotonic() + rng.uniform(0.0, TIMER_SECONDS)
                     while time.monotonic() < deadline:
-                        assert by_content.get(tuple(read_documents(path) or ())) in allowed
+                        assert by_content.get(tuple(read_documents(path) or ())) in allowed, where
                     event = "timer"
                 else:  # runs to its end
                     event = zygote.wait_for(tag, *ends)
-                assert not event.startswith("error"), event
-                kinds[f"{how}:{event.split()[0]}"] += 1
-                if event != "done":
-                    os.kill(pids[tag], signal.SIGKILL)
+                    sig = "none"
+                assert not event.startswith(("error", "interrupted")), (where, event)
+                kinds[f"{how}:{event.split()[0]}:{sig}"] += 1
+                if event == "done":
+                    plans[tag] = (how, pause, "none")
+                elif sig != "none":
+                    os.kill(pids[tag], SIGNALS[sig])
             for tag, pid in pids.items():
-                zygote.send(op="reap", tag=tag, pid=pid)
-                zygote.wait_for(tag, "exit")
-                assert not any(e.startswith("error") for e in zygote.events[tag]), tag
+                code = zygote.reap(tag, pid)
+                live.discard(pid)
+                events = zygote.events[tag]
+                what = (where, tag, plans[tag], code, events)
+                assert not any(e.startswith("error") for e in events), what
+                if plans[tag][2] == "int":  # handled: no lock, no staging folder left
+                    assert code in (0, 130), what
+                    kinds["int:interrupted"] += "interrupted" in events
+                    assert not list(tmp_path.glob(f".{path.name}.tmp-{pid}-*")), (where, tag)
             documents = read_documents(path)
-            assert documents is not None, f"case {case}: nothing at {path}"
-            seed = by_content.get(tuple(documents))
-            assert seed in allowed, f"case {case}: {path} holds a corpus nobody wrote"
+            assert documents is not None, f"{where}: nothing at {path}"
+            version = by_content.get(tuple(documents))
+            assert version in allowed, f"{where}: {path} holds a corpus nobody wrote"
             if case % 20 == 0:
                 assert gp.verify_corpus(path).num_documents == WRITER_COUNT
-            current = seed
+            current = version
     finally:
-        zygote.close()
+        zygote.close(sorted(live))
     # every kind of ending happened, and the last write cleans what dead writers left
-    assert kinds["published:published"] and kinds["publish:publishing"], kinds
+    print(f"property seed {seed}: {sorted(kinds.items())}")
+    assert kinds["published:published:kill"] and kinds["publish:publishing:kill"], kinds
+    assert kinds["published:published:int"] and kinds["publish:publishing:int"], kinds
     assert sum(n for k, n in kinds.items() if k.startswith("timer")) > PROPERTY_CASES // 4
+    assert kinds["int:interrupted"] > PROPERTY_CASES // 4, kinds
     gp.write_corpus(path, versions[0], shard_tokens=WRITER_SHARD_TOKENS, overwrite=True)
     assert leftovers(path) == []
+
+
+# -- property: builds from text killed or interrupted at random points ----------------------
+
+BUILD_CASES = 56
+BUILD_PART_BYTES, BUILD_SHARD_TOKENS = 400, 300  # ~7 parts of ~1-2 shards
+BUILD_SHUFFLE = 7
+
+
+def write_texts(folder: pathlib.Path, seed: int) -> pathlib.Path:
+    """Two JSON-lines files and a plain text file (one document) of random text."""
+    rng = random.Random(seed)
+    folder.mkdir()
+
+    def text() -> str:
+        return "".join(rng.choice("abcdefgh é\tжß") for _ in range(rng.randint(0, 40)))
+
+    for k in range(2):
+        records = [json.dumps({"text": text()}) + "\n" for _ in range(24)]
+        (folder / f"{k}.jsonl").write_text("".join(records))
+    (folder / "2.txt").write_text(text() * 10)
+    return folder
+
+
+def corpus_files(path: pathlib.Path) -> dict[str, bytes] | None:
+    """Every file of the corpus at ``path`` by name; ``None`` if it holds no manifest."""
+    if not (path / "manifest.json").is_file():
+        return None
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+def kept_for_rerun(out: pathlib.Path, key: str, shuffled: bool) -> str:
+    """What a rerun of the build of ``out`` (plan ``key``) finds to resume: ``"staged"`` (a
+    shuffled build's unshuffled corpus, recorded under the key), else ``"parts N"`` (the
+    complete parts kept under the key)."""
+    if shuffled:
+        out = out.with_name(f".{out.name}.unshuffled")
+        with contextlib.suppress(OSError, ValueError):
+            recorded = json.loads(out.with_name(f"{out.name}.key").read_text())
+            if recorded == {"plan": key, "fingerprint": gp.open_corpus(out).fingerprint}:
+                return "staged"
+    stage = out.with_name(f".{out.name}.parts")
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads((stage / "plan.json").read_text())["key"] == key:
+            return f"parts {len(list(stage.glob('part-*/manifest.json')))}"
+    return "parts 0"
+
+
+def resumed(events: list[str], shuffled: bool) -> str:
+    """What a build reported it resumed (in the terms of :func:`kept_for_rerun`)."""
+    if shuffled and any(e.startswith("log ") and "written before" in e for e in events):
+        return "staged"
+    notes = [e.split()[2] for e in events if e.startswith("log reusing ")]
+    return f"parts {notes[0] if notes else 0}"
+
+
+def group_alive(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that have not exited (zombies excluded)."""
+    alive = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            except OSError:  # exited meanwhile
+                continue
+            state, _, pgrp = stat.rsplit(")", 1)[1].split()[:3]
+            if int(pgrp) == pgid and state != "Z":
+                alive.append(int(entry))
+    return alive
+
+
+def test_property_builds_from_text_interrupted_leave_nothing_or_the_corpus(tmp_path):
+    """Random builds from text (``build_corpus(..., tokenizer="bytes")``: one or two
+    workers, in input order or shuffled, new or replacing a corpus) stopped at a random
+    instant or at a pause point (before or after the rename of any of its publishes: a
+    part, the merge, the shuffled copy) by SIGKILL or SIGINT, sent to the build alone or
+    to its process group (a terminal's Ctrl-C, a killed job). Meanwhile and after, ``out``
+    holds no manifest (or the corpus it replaces) or the complete corpus of an uninterrupted
+    build; an interrupted build holds no lock and left no staging folder of its own. The
+    same command again completes, resumes exactly the parts (or the unshuffled corpus) that
+    were complete, equals the uninterrupted build bit for bit and leaves nothing beside it.
+    """
+    seed = PROPERTY_SEED
+    print(f"build property seed {seed} (GRAINPACK_CRASH_SEED={seed} replays this run)")
+    rng = random.Random(seed)
+    inputs = write_texts(tmp_path / "texts", 1)
+    options = dict(tokenizer="bytes", part_bytes=BUILD_PART_BYTES, shard_tokens=BUILD_SHARD_TOKENS)
+    plan = gp.ingest.build.plan_build(inputs, **options)
+    parts = len(plan.parts)
+    expected = {}  # shuffle -> files of the uninterrupted build (in this process)
+    for shuffle in (None, BUILD_SHUFFLE):
+        out = tmp_path / f"reference-{shuffle}" / "out"
+        gp.ingest.build_corpus(inputs, out, workers=1, shuffle=shuffle, **options)
+        expected[shuffle] = corpus_files(out)
+    old_corpus = tmp_path / "old" / "out"  # what a replacing build replaces
+    gp.ingest.build_corpus(write_texts(tmp_path / "old-texts", 2), old_corpus, **options)
+    old = corpus_files(old_corpus)
+    documents = {
+        name: read_documents(path)
+        for name, path in [("old", old_corpus)]
+        + [(f"new-{s}", tmp_path / f"reference-{s}" / "out") for s in expected]
+    }
+    kinds = collections.Counter()
+    zygote = Zygote()
+    live: set[int] = set()  # process groups started and not drained: SIGKILLed on failure
+    serial = iter(range(10**6))
+
+    def build(root: pathlib.Path, **command: Any) -> tuple[str, int]:
+        tag = f"b{next(serial)}"
+        command = {"inputs": str(inputs), "out": str(root / "out"), "pause": None, **command}
+        zygote.send(op="build", tag=tag, part_bytes=BUILD_PART_BYTES,
+                    shard_tokens=BUILD_SHARD_TOKENS, **command)  # fmt: skip
+        pid = int(zygote.wait_for(tag, "pid ").split()[1])
+        live.add(pid)
+        return tag, pid
+
+    def reap(tag: str, pid: int) -> int:
+        code = zygote.reap(tag, pid)
+        deadline = time.monotonic() + TIMEOUT
+        while group_alive(pid):  # its workers (with SIGKILL to it alone: they exit themselves)
+            assert time.monotonic() < deadline, f"workers of {tag} outlived it: {group_alive(pid)}"
+            time.sleep(0.01)
+        live.discard(pid)
+        return code
+
+    try:
+        durations = {}  # (workers, shuffle) -> seconds of an uninterrupted build here
+        for workers in (1, 2):
+            for shuffle in expected:
+                root = tmp_path / f"timed-{workers}-{shuffle}"
+                start = time.monotonic()
+                tag, pid = build(root, workers=workers, shuffle=shuffle, overwrite=False)
+                zygote.wait_for(tag, "done", "error")
+                durations[workers, shuffle] = time.monotonic() - start
+                assert reap(tag, pid) == 0, zygote.events[tag]
+                assert corpus_files(root / "out") == expected[shuffle], (workers, shuffle)
+        for case in range(BUILD_CASES):
+            where = f"seed {seed}, case {case}"
+            root = tmp_path / f"case-{case}"
+            root.mkdir()
+            out = root / "out"
+            workers = 2 if rng.random() < 0.12 else 1
+            shuffle = rng.choice(list(expected))
+            replace = rng.random() < 0.5
+            if replace:
+                shutil.copytree(old_corpus, out)
+            sig = rng.choice(list(SIGNALS))
+            group = workers > 1 and rng.random() < 0.5
+            publishes = (parts if workers == 1 else 0) + 1  # parts with one worker, the merge
+            if shuffle is not None:
+                publishes += 1  # the shuffled copy
+            how = rng.choice(["timer", "timer", "publish", "published"])
+            pause = None if how == "timer" else f"{how}:{rng.randint(1, publishes)}"
+            tag, pid = build(root, workers=workers, shuffle=shuffle, overwrite=replace, pause=pause)
+            allowed_documents = [documents["old"] if replace else None, documents[f"new-{shuffle}"]]
+            if pause is None:
+                deadline = time.monotonic() + rng.uniform(0.0, durations[workers, shuffle])
+                while time.monotonic() < deadline:
+                    assert read_documents(out) in allowed_documents, where
+                event = "timer"
+            else:
+                event = zygote.wait_for(
+                    tag, {"publish": "publishing"}.get(how, how), "done", "error"
+                )
+            assert not event.startswith("error"), (where, event)
+            if event != "done":
+                (os.killpg if group else os.kill)(pid, SIGNALS[sig])
+            code = reap(tag, pid)
+            events = zygote.events[tag]
+            assert not any(e.startswith("error") for e in events), (where, events)
+            if sig == "int" and event != "done":
+                assert code in (0, 130), (where, code, events)
+            ended = "done" if "done" in events else "interrupted" if code == 130 else f"exit {code}"
+            kinds[f"{how}:{sig}:{ended}:{'group' if group else 'one'}"] += 1
+            kinds[f"workers {workers}, shuffle {shuffle}, {'replace' if replace else 'new'}"] += 1
+            left = corpus_files(out)
+            assert left in ([old] if replace else []) + [expected[shuffle]] or (
+                left is None and not out.exists() and not replace
+            ), f"{where}: {out} holds neither nothing nor the old or the new corpus"
+            # the same command again (replacing the new corpus if it was published)
+            kept = kept_for_rerun(out, plan.key, shuffle is not None)
+            kinds[kept.split()[0] + (" 0" if kept == "parts 0" else "")] += 1
+            again = rng.choice([1, 1, 2]) if workers > 1 else 1
+            tag, pid = build(root, workers=again, shuffle=shuffle, overwrite=left is not None)
+            assert reap(tag, pid) == 0 and "done" in zygote.events[tag], (where, zygote.events[tag])
+            assert resumed(zygote.events[tag], shuffle is not None) == kept, (where, kept)
+            assert corpus_files(out) == expected[shuffle], f"{where}: the rerun differs"
+            assert sorted(os.listdir(root)) == ["out"], f"{where}: left {os.listdir(root)}"
+            if case % 16 == 0:
+                gp.verify_corpus(out)
+    finally:
+        for pgid in live:
+            with contextlib.suppress(OSError):
+                os.killpg(pgid, signal.SIGKILL)
+        zygote.close()
+    print(f"build property seed {seed}: {sorted(kinds.items())}")
+    assert kinds["staged"] and kinds["parts"], kinds  # reruns resumed both kinds of work
+    assert sum(n for k, n in kinds.items() if ":int:interrupted:" in k) > BUILD_CASES // 5, kinds
 
 
 # -- fault-injected training --------------------------------------------------------------
