@@ -5,7 +5,8 @@
   complete corpus: the path holds the old corpus (or nothing, if there was none) or the complete
   new one, and a rerun rebuilds it exactly and removes what the dead writer left. A second
   writer process on the same path is refused. A property test forks hundreds of writers that
-  overwrite, race and are killed at random points, polling the path meanwhile.
+  overwrite, race and are killed (SIGKILL) or interrupted (SIGINT) at random points, polling
+  the path meanwhile; another stops builds from text (``build_corpus``) so and reruns them.
 * ``tests/fault_train.py`` trains on ``make_dataset`` batches with Orbax checkpoints; it is
   killed at seeded steps (before/after logging a step, right after an async save, or from
   outside) and restarted from its last checkpoint each time. The batches it trained on, counted
