@@ -1,4 +1,6 @@
-"""The README's code runs as written, and its training loop is examples/train_loop.py."""
+"""The code of the README and the documentation site runs as written (each block found by
+what it contains, on whichever page holds it), and the training loop is
+examples/train_loop.py."""
 
 from __future__ import annotations
 
@@ -6,24 +8,10 @@ import json
 import re
 import shutil
 import tempfile
-from pathlib import Path
+
+from doc_pages import README, ROOT, block, blocks, pages
 
 import grainpack as gp
-
-ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
-
-
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README, flags=re.S)
-
-
-def block(containing: str, language: str = "python") -> str:
-    """The README's one code block that contains ``containing``."""
-    (found,) = [
-        b for b in re.findall(rf"```{language}\n(.*?)```", README, flags=re.S) if containing in b
-    ]
-    return found
 
 
 def test_usage_and_curriculum_snippets_run(tmp_path, monkeypatch):
@@ -42,15 +30,23 @@ def test_usage_and_curriculum_snippets_run(tmp_path, monkeypatch):
 
 def test_readme_uses_no_name_that_moved_out_of_the_front_door():
     # Executed blocks would fail on the DeprecationWarning (pyproject's filterwarnings); this
-    # covers the prose and the blocks that are not executed.
+    # covers the prose and the blocks that are not executed, on every page.
     moved = "|".join(sorted(gp._MOVED))
-    old = sorted(set(re.findall(rf"\b(?:gp|grainpack)\.(?:{moved})\b(?!/)", README)))
-    assert old == [], f"moved (see grainpack._MOVED for their homes): {old}"
+    old = {
+        f"{page.relative_to(ROOT)}: {name}"
+        for page in pages()
+        for name in re.findall(rf"\b(?:gp|grainpack)\.(?:{moved})\b(?!/)", page.read_text())
+    }
+    assert sorted(old) == [], f"moved (see grainpack._MOVED for their homes): {sorted(old)}"
 
 
 def test_readme_training_loop_is_the_tested_example():
     example = (ROOT / "examples" / "train_loop.py").read_text()
-    assert f"```python\n{example}```" in README
+    assert f"```python\n{example}```" in README.read_text()
+    # a page that shows it (Checkpointing) shows it whole
+    first = example.splitlines()[0]
+    shown = [code for _, code in blocks() if code.startswith(first)]
+    assert shown and all(code == example for code in shown)
 
 
 def test_text_to_training_runs(tmp_path, monkeypatch, tokenizer_files):

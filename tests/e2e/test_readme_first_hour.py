@@ -1,10 +1,10 @@
-"""The README's first-hour answers run as written (issue 38): a tokenizer without a
-download, a Scale example whose corpus and boundary_id agree, and a headless notebook run."""
+"""The first-hour answers of the README and the documentation site run as written (issue 38):
+a tokenizer without a download, a Scale example whose corpus and boundary_id agree, and a
+headless notebook run."""
 
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import shutil
 import subprocess
@@ -12,20 +12,11 @@ import sys
 import warnings
 from pathlib import Path
 
+from doc_pages import ROOT, block, text
+
 import grainpack as gp
 from grainpack.cli.main import main
 from grainpack.demo import documents
-
-ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
-
-
-def block(containing: str, language: str = "python") -> str:
-    """The README's one code block that contains ``containing``."""
-    (found,) = [
-        b for b in re.findall(rf"```{language}\n(.*?)```", README, flags=re.S) if containing in b
-    ]
-    return found
 
 
 def _data(folder: Path) -> None:
@@ -44,7 +35,7 @@ def test_a_tokenizer_without_a_download(tmp_path, monkeypatch):
     assert main(shlex.split(build)[1:]) == 0  # the section's command, with that tokenizer
     corpus = gp.open_corpus("corpus/en")
     assert corpus.tokenizer["file"] == "tokenizer.json" and corpus.vocab_size == 8192
-    assert "--tokenizer bytes --eos 256" in README
+    assert "--tokenizer bytes --eos 256" in text()
     argv = ["build", "data/", "--tokenizer", "bytes", "--eos", "256", "-o", "corpus/bytes"]
     assert main(argv) == 0
     assert gp.open_corpus("corpus/bytes").eos_id == 256
@@ -58,11 +49,7 @@ def test_the_scale_example_builds_its_corpus_and_packs_it_without_a_warning(
     monkeypatch.chdir(tmp_path)
     _data(tmp_path / "web")
     shutil.copy(tokenizer_files["huggingface"], tmp_path / "tokenizer.json")
-    (build,) = [
-        b
-        for b in re.findall(r"```bash\n(.*?)```", README, re.S)
-        if "--shuffle 0 -o corpus/web" in b
-    ]
+    build = block("--shuffle 0 -o corpus/web", "bash")
     assert "--shuffle" in build and "--eos" in build
     assert main(shlex.split(build)[1:]) == 0
     namespace: dict = {}
