@@ -3,8 +3,9 @@
 The pages link files of the repository outside ``docs/`` as GitHub resolves them, relative
 to the page (``../notebooks/quickstart.ipynb``, ``../examples/train_loop.py``). MkDocs only
 knows the files under ``docs/``, so such a link is checked here instead: a target that does
-not exist is a warning (an error under ``strict``); a file is copied into the site under
-``repository/`` and the link pointed at the copy; a folder's link becomes its text.
+not exist, or a Markdown file (``README.md``: the site has its text), is a warning (an error
+under ``strict``); a file is copied into the site under ``repository/`` and the link pointed
+at the copy; a folder's link becomes its text.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _links(config: Any) -> set[str]:
 
 def on_files(files: Files, config: Any) -> Files:
     for path in sorted(_links(config)):
-        if (ROOT / path).is_file():
+        if (ROOT / path).is_file() and not path.endswith(".md"):
             uri = f"{COPIES}/{path}"
             files.append(File.generated(config, uri, abs_src_path=str(ROOT / path)))
     return files
@@ -57,6 +58,13 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
             return match[0]
         if (ROOT / path).is_dir():
             return match["text"]
+        if path.endswith(".md"):  # a copy would be rendered as a page of the site
+            log.warning(
+                "Doc file '%s' links '%s': link the site's page that holds that text instead",
+                page.file.src_uri,
+                match["target"],
+            )
+            return match[0]
         if not (ROOT / path).is_file():
             log.warning(
                 "Doc file '%s' links '%s', which is not in the repository (%s)",
