@@ -6,6 +6,9 @@ knows the files under ``docs/``, so such a link is checked here instead: a targe
 not exist, or a Markdown file (``README.md``: the site has its text), is a warning (an error
 under ``strict``); a file is copied into the site under ``repository/`` and the link pointed
 at the copy; a folder's link becomes its text.
+
+A pipe inside code in a table cell is written ``\\|`` (GitHub's table syntax), which
+Python-Markdown leaves as is: the cells show ``|``.
 """
 
 from __future__ import annotations
@@ -77,3 +80,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         return f"[{match['text']}]({copy}{match['anchor'] or ''})"
 
     return _LINK.sub(rewrite, markdown)
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
+    return re.sub(r"<td>.*?</td>", lambda cell: cell[0].replace("\\|", "|"), html, flags=re.S)
