@@ -2,7 +2,10 @@
 the Markdown that mkdocstrings renders.
 
 The docstrings are Google style with reStructuredText roles, as Grain's are, and are run by
-``pytest --doctest-modules``. Two spellings differ from what griffe's Google parser reads:
+``pytest --doctest-modules``. Three spellings differ from what griffe's Google parser reads:
+
+* ``text::`` and a line of ``::`` alone introduce reStructuredText's literal block (the
+  indented lines that follow, which Markdown reads as code too): ``text:`` and nothing.
 
 * ``Example:`` (one example, singular) is an examples section: its ``>>>`` lines become a
   code block rather than prose (where ``[[1, 2]]`` would read as a Markdown link).
@@ -25,6 +28,7 @@ import griffe
 API = Path(__file__).parent / "api"
 _EXAMPLE = re.compile(r"^(\s*)Example:[ \t]*$", re.M)
 UNRESOLVED = (griffe.AliasResolutionError, griffe.NameResolutionError)
+_LITERAL = re.compile(r"^([ \t]*)::[ \t]*$|(?<=\S)::$", re.M)
 _ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj|const):`(~?)([\w.]+)`")
 
 
@@ -36,11 +40,13 @@ def markdown(docstring: str, target: Callable[[str], str | None] = lambda name: 
       target: the identifier a role's name links to, or ``None`` for code without a link.
 
     Example:
-      >>> print(markdown("See :func:`~grainpack.make_dataset`.\\n\\nExample:\\n  1 + 1"))
-      See `make_dataset`.
+      >>> print(markdown("See :func:`~grainpack.make_dataset`::\\n\\n  1 + 1\\n\\nExample:\\n  2"))
+      See `make_dataset`:
+      <BLANKLINE>
+        1 + 1
       <BLANKLINE>
       Examples:
-        1 + 1
+        2
     """
 
     def role(match: re.Match[str]) -> str:
@@ -49,7 +55,8 @@ def markdown(docstring: str, target: Callable[[str], str | None] = lambda name: 
         identifier = target(name)
         return text if identifier is None else f"[{text}][{identifier}]"
 
-    return _ROLE.sub(role, _EXAMPLE.sub(r"\1Examples:", docstring))
+    literal = _LITERAL.sub(lambda m: "" if m[1] is not None else ":", docstring)
+    return _ROLE.sub(role, _EXAMPLE.sub(r"\1Examples:", literal))
 
 
 def documented() -> set[str]:
