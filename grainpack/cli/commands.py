@@ -301,9 +301,9 @@ def _bars() -> bool:
 
 # bench options and the modes they apply to (None: the throughput benchmark)
 BENCH_OPTIONS = {
-    "tokens": (None,),
-    "quick": (None,),
-    "passes": (None, "build"),
+    "tokens": (None, "device"),
+    "quick": (None, "device"),
+    "passes": (None, "build", "device"),
     "megabytes": ("build",),
     "documents": ("scale",),
     "boundary_documents": ("scale",),
@@ -317,12 +317,14 @@ def bench(args: argparse.Namespace) -> None:
 
     if args.build and args.scale:
         raise ValueError("give --build or --scale, not both (they are separate benchmarks)")
-    mode = "build" if args.build else "scale" if args.scale else None
+    if args.device and (args.build or args.scale):
+        raise ValueError("--device is a benchmark of its own: give it without --build or --scale")
+    mode = "build" if args.build else "scale" if args.scale else "device" if args.device else None
     defaults = vars(parser().parse_args(["bench"]))
     for dest, modes in BENCH_OPTIONS.items():
         if mode not in modes and getattr(args, dest) != defaults[dest]:
             where = " and ".join(
-                f"bench --{m}" if m else "the throughput benchmark (no --build/--scale)"
+                f"bench --{m}" if m else "the throughput benchmark (no --build/--scale/--device)"
                 for m in modes
             )
             raise ValueError(f"--{dest.replace('_', '-')} applies to {where} only")
@@ -352,6 +354,12 @@ def bench(args: argparse.Namespace) -> None:
             quality_documents=args.quality_documents,
             keep=args.keep,
             **common,
+        )
+    elif args.device:
+        from grainpack.bench import device
+
+        device.run_device_benchmark(
+            tokens=args.tokens, passes=args.passes or 5, quick=args.quick, **common
         )
     else:
         from grainpack.bench import throughput

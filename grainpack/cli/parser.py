@@ -36,7 +36,8 @@ EPILOG = {
     "bench": """examples:
   grainpack bench --tokens 20000000 --json bench.json
   grainpack bench --build --megabytes 100     (text -> corpus against the tokenizer alone)
-  grainpack bench --scale --directory /data/tmp --json scale.json""",
+  grainpack bench --scale --directory /data/tmp --json scale.json
+  grainpack bench --device --json device.json     (an accelerator host's feed, batch 256)""",
     "demo": "example:\n  grainpack demo --steps 500",
 }
 
@@ -241,6 +242,13 @@ def parser() -> argparse.ArgumentParser:
         help="--scale: documents of the randomness comparison (0: skip it)",
     )
     p.add_argument("--keep", action="store_true", help="--scale: keep the corpora")
+    p.add_argument(
+        "--device",
+        action="store_true",
+        help="instead: what this host feeds its accelerator at global batch 256 (host only by "
+        "workers, to the device with and without prefetch, gp.expand's time; with --quick, "
+        "and on the CPU, too)",
+    )
 
     p = command("demo", "write the embedded two-language corpus and stream batches from it")
     p.add_argument("--steps", type=_positive, default=2000, help="batches to stream")
