@@ -269,73 +269,84 @@ def run_device_benchmark(
         "setup_seconds": time.perf_counter() - t0,
     }
     say(_head(results))
-    stages = 2 + len(FEEDS) - 1 + len(LAYOUTS) * len(counts)
+    worker_feeds = [kind for kind in FEEDS if kind != "nanogpt"] if feed_workers else []
+    stages = 2 + len(worker_feeds) + len(LAYOUTS) * len(counts)
     bar = tqdm.tqdm(total=stages, desc="bench --device", disable=not progress, file=sys.stderr)
 
-    bar.set_postfix_str("gp.expand: identity and time")
-    results["identity"] = {str(r): _identity(paths, r, checked) for r in EXPAND_ROWS}
-    say(f"gp.expand on the device == the full layout, bit for bit: {results['identity']}")
-    results["expand_us"] = {}
-    for rows in EXPAND_ROWS:
-        x = results["expand_us"][str(rows)] = _expand_time(paths, rows, calls, 2 * seconds)
-        say(
-            f"gp.expand, {rows} rows: {x['median_us']:,.1f} µs per batch (median of "
-            f"{x['calls']}; p10 {x['p10_us']:,.1f}, p90 {x['p90_us']:,.1f})"
-        )
-    bar.update()
-    save()
-
-    bar.set_postfix_str("device feed, in-process")
-    feed: dict[str, dict[str, Any]] = {"0": {}, str(feed_workers): {}}
-    results["device_feed"] = feed
-    loops = {kind: _started(_feed, kind, paths, 0) for kind in FEEDS}
-    rates: dict[str, list[float]] = {kind: [] for kind in FEEDS}
-    width = BATCH * (BLOCK + 1)
-    for step, _, _ in loops.values():
-        _pass(step, width, seconds / 2)  # warm-up
-    for _ in range(passes):  # the loops take turns: the machine's load falls on all alike
-        for kind, (step, _, _) in loops.items():
-            rates[kind].append(_pass(step, width, seconds))
-    for kind, (_, closer, startup) in loops.items():
-        _close(closer)
-        feed["0"][kind] = {
-            "label": FEEDS[kind],
-            "tokens_per_s": statistics.median(rates[kind]),
-            "passes": rates[kind],
-            "startup_seconds": startup,
-            "x_nanogpt": statistics.median(a / b for a, b in zip(rates[kind], rates["nanogpt"])),
-        }
-        say(_feed_line(feed["0"][kind], "in-process"))
-    bar.update()
-    save()
-
-    baseline = feed["0"]["nanogpt"]["tokens_per_s"]
-    for kind in (k for k in FEEDS if k != "nanogpt"):
-        bar.set_postfix_str(f"device feed, {feed_workers} workers: {kind}")
-        step, closer, startup = _started(_feed, kind, paths, feed_workers)
-        entry = {"label": FEEDS[kind], **_timed(step, passes, seconds, startup)}
-        _close(closer)
-        entry["x_nanogpt"] = entry["tokens_per_s"] / baseline
-        feed[str(feed_workers)][kind] = entry
-        say(_feed_line(entry, f"{feed_workers} workers"))
+    try:  # a timeout's SIGINT: what was measured is saved and shown
+        bar.set_postfix_str("gp.expand: identity and time")
+        results["identity"] = {str(r): _identity(paths, r, checked) for r in EXPAND_ROWS}
+        say(f"gp.expand on the device == the full layout, bit for bit: {results['identity']}")
+        results["expand_us"] = {}
+        for rows in EXPAND_ROWS:
+            x = results["expand_us"][str(rows)] = _expand_time(paths, rows, calls, 2 * seconds)
+            say(
+                f"gp.expand, {rows} rows: {x['median_us']:,.1f} µs per batch (median of "
+                f"{x['calls']}; p10 {x['p10_us']:,.1f}, p90 {x['p90_us']:,.1f})"
+            )
         bar.update()
         save()
 
-    results["host_only"] = {layout: {} for layout in LAYOUTS}
-    for layout in LAYOUTS:
-        for workers in counts:
-            bar.set_postfix_str(f"host only, {layout}, {workers} workers")
-            step, closer, startup = _started(_host, paths, layout, workers)
-            entry = _timed(step, passes, seconds, startup)
+        bar.set_postfix_str("device feed, in-process")
+        feed: dict[str, dict[str, Any]] = {"0": {}}
+        results["device_feed"] = feed
+        loops = {kind: _started(_feed, kind, paths, 0) for kind in FEEDS}
+        rates: dict[str, list[float]] = {kind: [] for kind in FEEDS}
+        width = BATCH * (BLOCK + 1)
+        for step, _, _ in loops.values():
+            _pass(step, width, seconds / 2)  # warm-up
+        for _ in range(passes):  # the loops take turns: the machine's load falls on all alike
+            for kind, (step, _, _) in loops.items():
+                rates[kind].append(_pass(step, width, seconds))
+        for kind, (_, closer, startup) in loops.items():
             _close(closer)
-            results["host_only"][layout][str(workers)] = entry
-            say(
-                f"host only, {layout} layout, {workers} workers: "
-                f"{entry['tokens_per_s'] / 1e6:,.1f} M tokens/s (first batch after "
-                f"{startup:.2f} s)"
-            )
+            feed["0"][kind] = {
+                "label": FEEDS[kind],
+                "tokens_per_s": statistics.median(rates[kind]),
+                "passes": rates[kind],
+                "startup_seconds": startup,
+                # a loop's pass against the baseline's pass of the same round
+                "x_nanogpt": statistics.median(
+                    a / b for a, b in zip(rates[kind], rates["nanogpt"])
+                ),
+            }
+            say(_feed_line(feed["0"][kind], "in-process"))
+        bar.update()
+        save()
+
+        baseline = feed["0"]["nanogpt"]["tokens_per_s"]
+        for kind in worker_feeds:
+            bar.set_postfix_str(f"device feed, {feed_workers} workers: {kind}")
+            step, closer, startup = _started(_feed, kind, paths, feed_workers)
+            entry = {"label": FEEDS[kind], **_timed(step, passes, seconds, startup)}
+            _close(closer)
+            entry["x_nanogpt"] = entry["tokens_per_s"] / baseline
+            feed.setdefault(str(feed_workers), {})[kind] = entry
+            say(_feed_line(entry, f"{feed_workers} workers"))
             bar.update()
             save()
+
+        results["host_only"] = {layout: {} for layout in LAYOUTS}
+        for layout in LAYOUTS:
+            for workers in counts:
+                bar.set_postfix_str(f"host only, {layout}, {workers} workers")
+                step, closer, startup = _started(_host, paths, layout, workers)
+                entry = _timed(step, passes, seconds, startup)
+                _close(closer)
+                results["host_only"][layout][str(workers)] = entry
+                say(
+                    f"host only, {layout} layout, {workers} workers: "
+                    f"{entry['tokens_per_s'] / 1e6:,.1f} M tokens/s (first batch after "
+                    f"{startup:.2f} s)"
+                )
+                bar.update()
+                save()
+    except KeyboardInterrupt:
+        bar.close()
+        save()
+        say("\ninterrupted; the figures measured so far:\n")
+        say(format_table(results, head=False))
+        raise
     bar.close()
     results["complete"] = True
     save()
