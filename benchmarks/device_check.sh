@@ -36,7 +36,7 @@ budget=${BUDGET:-480}
 mkdir -p "$out"
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 pip=(python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site)
-if [ -d .whl ]; then
+if [ -d .whl ] && ! python3 -c "import grain" 2>/dev/null; then
   "${pip[@]}" --no-compile --upgrade .whl/*.whl || exit 1
 fi
 python3 - <<'EOF' || exit 1
