@@ -245,9 +245,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--device",
         action="store_true",
-        help="instead: what this host feeds its accelerator at global batch 256 (host only by "
-        "workers, to the device with and without prefetch, gp.expand's time; with --quick, "
-        "and on the CPU, too)",
+        help="instead: what this host feeds its accelerator at global batch 256: host only by "
+        "workers, to the device with and without prefetch, gp.expand's time, PASS/FAIL "
+        "checks (JAX's CPU device does too; --quick: a smoke test)",
     )
 
     p = command("demo", "write the embedded two-language corpus and stream batches from it")
