@@ -1,3 +1,5 @@
+# Over 400 lines, one module: one benchmark run; its loops must share one process, one JAX
+# client and one corpus, and its table and checks read the one results dict it builds.
 """``grainpack bench --device``: what one host feeds its accelerator at global batch 256.
 
 One run on ``grainpack bench``'s synthetic corpus (two sources mixed, documents with a
