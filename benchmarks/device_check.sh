@@ -3,20 +3,19 @@
 #
 # On any accelerator host with grainpack installed, the check is just:
 #   grainpack bench --device --json device.json
-# This script runs the same on a bare host whose Python lacks grain (this workplace's H200
-# image: Python 3.12 with jax, numba, tqdm and absl, no grain), under a time budget.
+# This script runs the same on a bare host without network access whose Python (3.12, with
+# jax, numba, tqdm and absl) lacks grain, under a time budget.
 #
-# 1. Here, once (pip and the network): download the wheels that image lacks into .whl/
+# 1. On a machine with the network, once: download the wheels that host lacks into .whl/
 #    (about 4.5 MB; ignored by git through .git/info/exclude):
 #      bash benchmarks/device_check.sh --wheels
-# 2. There, in one call of the device tool (carry [".whl"], timeout_s 600):
+# 2. On the accelerator host, with this tree and its .whl/ copied there:
 #      bash benchmarks/device_check.sh
 #    It installs the wheels into /tmp/site, runs grainpack from this tree, prints the
 #    devices, then runs grainpack bench --device for at most BUDGET seconds (default 480:
-#    the run takes about 3 minutes on 16 cores; a machine's start and the transfers come on
-#    top). The figures are printed as they are measured, and $OUT/device.json is rewritten
-#    after each section, so a run cut short still leaves what it measured; $OUT/device.log
-#    holds the whole output.
+#    an estimated 3 minutes on 16 cores). The figures are printed as they are measured, and
+#    $OUT/device.json is rewritten after each section, so a run cut short still leaves what
+#    it measured; $OUT/device.log holds the whole output.
 #    Extra arguments go to grainpack bench --device (--quick: a smoke test of ~30 s).
 set -uo pipefail
 cd "$(dirname "$0")/.."
