@@ -575,11 +575,13 @@ def _run_processes(plan: BuildPlan, todo: list[Path], workers: int, bar: Progres
                 bar.part_done((documents - seen[index][0], tokens - seen[index][1]))
     except BaseException:
         # Stop the parts still being built (a failed build removes its folder, and an
-        # interrupted one is resumed by the next, which must not meet their locks): the pool
-        # sees them die and terminates its other workers. (Shutting it down first would
-        # wait for workers blocked on its queue, whose lock a killed one may hold.)
+        # interrupted one is resumed by the next, which must not meet their locks), and
+        # every other worker of the pool: shutting it down waits for each, and one blocked
+        # on its queue (whose lock a killed one may hold), or still starting with no part
+        # reported yet, kept a Ctrl-C'd build waiting forever. A killed part changes nothing.
         mine = {p.pid for p in multiprocessing.active_children()}
-        for pid in {builders[k] for k in pending if k in builders} & mine:
+        pool_workers = set(getattr(pool, "_processes", None) or ())  # (pids, not yet joined)
+        for pid in ({builders[k] for k in pending if k in builders} | pool_workers) & mine:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         raise
