@@ -52,7 +52,7 @@ from grainpack.corpus.shards import OffsetsFile, ShardRecord
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import summary_pieces
 
-__all__ = ["RemoteOptions", "RemoteShardSource", "open_remote", "verify_remote"]
+__all__ = ["RemoteOptions", "RemoteShardSource", "open_remote", "open_with_manifest"]
 
 logger = logging.getLogger(__name__)
 
@@ -605,12 +605,13 @@ def open_remote(
         CorpusError: A malformed manifest, a token object of the wrong size, a metadata
             object that does not match its sha256, access denied (naming the URL).
     """
-    return _open(url, eos_id, options)[0]
+    return open_with_manifest(url, eos_id, options)[0]
 
 
-def _open(
-    url: str, eos_id: int | None, options: RemoteOptions | None
+def open_with_manifest(
+    url: str, eos_id: int | None, options: RemoteOptions | None = None
 ) -> tuple[RemoteShardSource, dict[str, Any]]:
+    """:func:`open_remote`, and the manifest it read (a dict, schema-checked)."""
     try:
         import obstore  # noqa: F401
     except ImportError:
@@ -692,76 +693,3 @@ def _open(
         source._count(key, value)
     client.count, source._client = source._count, client  # its store and pool, reused
     return source, m
-
-
-def verify_remote(
-    url: str, *, eos_id: int | None = None, progress: bool = False, chunk_tokens: int
-) -> Any:
-    """:func:`~grainpack.corpus.verify_corpus` of a native corpus at ``url``: opening checks
-    the manifest, the objects' sizes and the metadata's sha256; then every token object is
-    read once, ``chunk_tokens`` at a time by range, for its sha256, ids and the stream's
-    ``content_sha256``; the summaries are recomputed from the offsets."""
-    import struct
-
-    import tqdm
-
-    from grainpack.corpus import verify
-    from grainpack.corpus.native import content_digest
-    from grainpack.corpus.summary import shard_totals
-
-    source, m = _open(url, eos_id, None)
-    url = source.url
-    checks = ["manifest schema", "file sizes", "sha256 checksums", "shard offsets"]
-    high: int | None = None
-    position = documents = 0
-    stream, offsets_hash = hashlib.sha256(), hashlib.sha256(struct.pack("<q", 0))
-    with tqdm.tqdm(
-        total=source.num_tokens, unit="tok", unit_scale=True, disable=not progress
-    ) as bar:
-        for k, s in enumerate(m["shards"]):
-            local = source._current_local(k, check=True)  # sha256 checked when cached
-            if source.summary_block_docs is not None:
-                stored = np.fromfile(source.shards[k].summary_path, "<i8")  # type: ignore[arg-type]
-                totals = shard_totals(np.diff(local), documents, source.summary_block_docs)
-                if not np.array_equal(stored, totals):
-                    raise CorpusError(
-                        f"{url}/{s['summary_file']}: its block totals are not those of the "
-                        "shard's documents; upload the corpus again"
-                    )
-            documents += len(local) - 1
-            offsets_hash.update((local[1:] + position).astype("<i8").tobytes())
-            digest, bad_id = hashlib.sha256(), None
-            where = f"{url}/{s['tokens_file']}"
-            for lo in range(0, s["num_tokens"], chunk_tokens):
-                tokens = source._ids(k, lo, min(lo + chunk_tokens, s["num_tokens"]))
-                digest.update(tokens.tobytes())
-                stream.update(tokens.tobytes())
-                try:
-                    h = verify._scan_ids(tokens, position, m["vocab_size"], where)
-                except CorpusError as err:  # reported after the checksum: which is it?
-                    bad_id = bad_id or err
-                    h = int(tokens.max())
-                high = h if high is None else max(high, h)
-                position += tokens.size
-                bar.update(tokens.size)
-            if digest.hexdigest() != s["tokens_sha256"]:
-                error = verify._mismatch(where, "sha256")  # type: ignore[arg-type]
-                if bad_id is not None:
-                    raise CorpusError(f"{error} (it now also holds a bad id: {bad_id})") from None
-                raise error
-            if bad_id is not None:
-                raise bad_id
-    content = content_digest(stream.hexdigest(), offsets_hash.hexdigest())
-    if "content_sha256" in m:
-        if content != m["content_sha256"]:
-            manifest = f"{url}/{MANIFEST_NAME}"
-            raise verify._mismatch(manifest, "content_sha256 (of the whole stream)")  # type: ignore[arg-type]
-        checks.append("content_sha256")
-    if "max_token_id" in m:
-        if m["max_token_id"] != high:
-            raise CorpusError(
-                f"{url}/{MANIFEST_NAME}: max_token_id={m['max_token_id']} but the largest "
-                f"token id is {high}; rebuild the corpus"
-            )
-        checks.append(f"max_token_id={high}")
-    return verify.report(source, url, "grainpack", high, checks)

@@ -207,7 +207,9 @@ def test_a_missing_object_or_bucket_names_the_url(corpora):
 
     with pytest.raises(CorpusNotFoundError, match=f"s3://{BUCKET}/nothing-here/manifest.json"):
         gp.open_corpus(f"s3://{BUCKET}/nothing-here")
-    with pytest.raises(CorpusNotFoundError, match=re.escape("s3://no-such-bucket-33/c/manifest.json")):
+    with pytest.raises(
+        CorpusNotFoundError, match=re.escape("s3://no-such-bucket-33/c/manifest.json")
+    ):
         gp.open_corpus("s3://no-such-bucket-33/c")
     _, url = fresh_copy(corpora)
     obstore.delete(from_url(url), "tokens-00002.bin")

@@ -1,0 +1,140 @@
+"""A fault-injecting HTTP proxy on loopback, in front of the test S3 server.
+
+Clients use it as their endpoint (``AWS_ENDPOINT_URL``); it forwards each request to the
+upstream server and, at set rates drawn from a seeded generator, answers ``503 SlowDown``
+instead, resets the connection before answering, or sends the upstream's headers with only
+part of the body and closes. It can also add latency per request. Loopback only; every
+connection's request loop ends when the client closes it, after ``IDLE_SECONDS`` without a
+request, or at :meth:`FaultProxy.stop`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import random
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+
+IDLE_SECONDS = 10
+HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
+
+
+class FaultProxy:
+    """Forwards to ``upstream`` (``host:port``) from ``127.0.0.1:<port>``.
+
+    Attributes (change them at any time): ``errors``, ``resets``, ``truncations`` (rates of
+    GET requests answered with a 503, a reset, a cut body), ``latency`` (seconds added to
+    each request).
+    """
+
+    def __init__(self, upstream: str, *, seed: int = 0) -> None:
+        self.upstream = upstream
+        self.errors = self.resets = self.truncations = 0.0
+        self.latency = 0.0
+        self.counts: Counter[str] = Counter()
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = IDLE_SECONDS  # a silent connection's loop ends
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def handle_one_request(self) -> None:
+                if proxy._stopping.is_set():
+                    self.close_connection = True
+                    return
+                super().handle_one_request()
+
+            def _any(self) -> None:
+                proxy._forward(self)
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=IDLE_SECONDS)
+
+    def _draw(self) -> str | None:
+        with self._lock:
+            x = self._random.random()
+        for fault, rate in (
+            ("error", self.errors),
+            ("reset", self.resets),
+            ("truncate", self.truncations),
+        ):
+            if x < rate:
+                return fault
+            x -= rate
+        return None
+
+    def _forward(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else None
+        if self.latency:
+            time.sleep(self.latency)
+        fault = self._draw() if handler.command == "GET" else None
+        self.counts[fault or "forwarded"] += 1
+        if fault == "error":
+            payload = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
+            handler.send_response(503)
+            handler.send_header("Content-Type", "application/xml")
+            handler.send_header("Content-Length", str(len(payload)))
+            handler.end_headers()
+            handler.wfile.write(payload)
+            return
+        if fault == "reset":  # RST, not FIN: SO_LINGER with a zero timeout
+            handler.connection.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            handler.close_connection = True
+            handler.rfile.close()  # the socket closes (with an RST) once its files are
+            handler.wfile.close()
+            handler.connection.close()
+            return
+        headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP}
+        upstream = http.client.HTTPConnection(self.upstream, timeout=30)
+        try:
+            upstream.request(handler.command, handler.path, body=body, headers=headers)
+            response = upstream.getresponse()
+            data = response.read()
+            handler.send_response(response.status, response.reason)
+            head = handler.command == "HEAD"  # keeps the object's Content-Length
+            for key, value in response.getheaders():
+                if key.lower() not in HOP and (head or key.lower() != "content-length"):
+                    handler.send_header(key, value)
+            if not head:
+                handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            if head:
+                return
+            if fault == "truncate" and len(data) > 1:
+                handler.wfile.write(data[: len(data) // 2])
+                handler.wfile.flush()
+                handler.close_connection = True
+                handler.connection.shutdown(socket.SHUT_RDWR)
+                return
+            handler.wfile.write(data)
+        except (OSError, http.client.HTTPException):  # the client sees a closed connection
+            handler.close_connection = True
+        finally:
+            upstream.close()
