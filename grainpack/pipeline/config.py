@@ -79,7 +79,7 @@ class PipelineConfig:
         increasing starts; each stage's weights hold until the next stage, and with a ramp
         they move linearly from the previous stage's over ``ramp`` steps (a weight may be 0
         in some stages). Or an online schedule, :class:`~grainpack.curriculum.MixtureBandit`.
-        See the README's "Schedules".
+        See "Schedules" in docs/concepts/mixing.md.
       premiums: content mode instead of ``weights``: name -> tokens that source needs per
         unit of content; probabilities are then ``premium / sum(premiums)`` (see
         :func:`grainpack.mixing.content_probabilities`). Also a list of stages of premiums (a ramp
@@ -103,8 +103,8 @@ class PipelineConfig:
       order: ``"exact"`` (the specification's orders, bit for bit: ``O(N)`` memory per
         source and process; stored as :class:`~grainpack.index.exact.ExactOrder`) or a
         :class:`~grainpack.BlockedOrder` (blocks of documents permuted by a keyed bijection,
-        documents permuted inside windows of blocks: ``O(N / C + K * C)``). See the
-        README's "Scale" section.
+        documents permuted inside windows of blocks: ``O(N / C + K * C)``). See
+        docs/concepts/orders.md and docs/scale.md.
       layout: ``"full"``: batches hold the five int32 model arrays. ``"compact"``: batches
         hold the rows in the corpus dtype plus a few bytes per row (``tokens``,
         ``segment_starts``, ``filled``), expanded on the accelerator by
@@ -113,8 +113,8 @@ class PipelineConfig:
       packing: ``"concat"`` (the default, the specifications' rule: documents laid end to
         end and cut every ``block + 1`` tokens) or ``"best_fit"`` (documents unit: each
         window of the order, or each epoch of the exact order, packed by best-fit decreasing;
-        no document that fits a row is cut, see :mod:`grainpack.index.bestfit` and the
-        README's "Packing"). Part of the fingerprint when not the default.
+        no document that fits a row is cut, see :mod:`grainpack.index.bestfit` and
+        docs/concepts/packing.md). Part of the fingerprint when not the default.
       max_segments: ``packing="best_fit"`` only: at most this many documents per row
         (``None``: no limit). Part of the fingerprint when set.
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from doc_pages import DOCS, ROOT, blocks
+from doc_pages import DOCS, README, ROOT, blocks
 
 import grainpack as gp
 
@@ -144,3 +144,30 @@ def test_the_docstring_extension_reads_examples_and_roles():
 )
 def test_the_hooks_find_links_that_leave_the_docs_folder(page, target, path):
     assert _module(DOCS / "hooks.py")._outside(page, target) == path
+
+
+def github_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives the headings of ``page`` (MkDocs' toc gives the same here)."""
+    prose = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    headings = re.findall(r"^#+ (.*)$", prose, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def test_the_readme_is_a_five_minute_page_that_links_into_the_site():
+    # issue 38: what it is, the two commands, a training loop, the table against the peers,
+    # and links into the site, in at most 300 lines
+    text = README.read_text()
+    assert len(text.splitlines()) <= 300
+    headings = re.findall(r"^## (.*)$", text, flags=re.M)
+    assert headings == ["Quickstart", "A training loop", "How it compares", "Documentation"]
+    assert 'pip install -e ".[test]" && python -m pytest' in text
+    links = re.findall(r"\]\(((?!https?:)[^)#\s]+)(?:#([^)\s]+))?\)", text)
+    site = {target for target, _ in links if target.startswith("docs/")}
+    pages = {f"docs/{p.relative_to(DOCS).as_posix()}" for p in DOCS.glob("*.md")}
+    assert pages - {"docs/index.md"} <= site
+    broken = [
+        f"{target}#{anchor}" if anchor else target
+        for target, anchor in links
+        if not (ROOT / target).exists() or (anchor and anchor not in github_anchors(ROOT / target))
+    ]
+    assert broken == [], f"README links to nothing: {broken}"

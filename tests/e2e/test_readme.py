@@ -99,3 +99,11 @@ def test_schedule_and_online_mixing_snippets_run(tmp_path, monkeypatch):
     )
     exec(block("multihost_utils.process_allgather"), namespace)
     assert bandit.updates == 1 and namespace["counts"].tolist() == [0.0, 0.0]
+
+
+def test_object_storage_snippet_builds_its_config():
+    # Opening the corpus needs a bucket (tests/remote runs one on loopback); the config
+    # the page shows is built and checked here, without a request.
+    namespace = {"gp": gp}
+    exec(block('"s3://my-bucket/corpora/web"'), namespace)
+    assert namespace["config"].sources == {"web": "s3://my-bucket/corpora/web"}
