@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import bisect
 import collections
-import concurrent.futures
 import dataclasses
 import datetime
 import hashlib
@@ -46,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from grainpack.corpus.cache import cache_root
+from grainpack.corpus.daemon_pool import DaemonPool
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError
 from grainpack.corpus.native import MANIFEST_NAME, fingerprint_of, read_manifest
 from grainpack.corpus.shards import OffsetsFile, ShardRecord
@@ -180,7 +180,7 @@ class _Client:
         self.url, self.options, self.count = url, options, stats
         self._lock = threading.Lock()
         self._store: Any = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool: DaemonPool | None = None
         self._pid = -1
 
     def _ready(self) -> None:
@@ -211,13 +211,11 @@ class _Client:
                 raise known or CorpusError(
                     f"{self.url}: cannot configure a client: {_first_line(err)}"
                 ) from err
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                self.options.in_flight, thread_name_prefix="grainpack-fetch"
-            )
+            self._pool = DaemonPool(self.options.in_flight, name="grainpack-fetch")
             self._pid = os.getpid()
 
     @property
-    def pool(self) -> concurrent.futures.ThreadPoolExecutor:
+    def pool(self) -> DaemonPool:
         self._ready()
         return self._pool  # type: ignore[return-value]
 

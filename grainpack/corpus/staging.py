@@ -24,24 +24,23 @@ from typing import Any
 
 import numpy as np
 
+from grainpack.corpus.daemon_pool import DaemonPool
 from grainpack.index.packed import PackedRows
 
 __all__ = ["StagedPieces", "StagedReader", "stage_pieces"]
 
 # Chunks of rows staged at once (each fetches its pieces with the source's in-flight budget).
 STAGING_THREADS = 4
-_POOL: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+_POOL: tuple[int, DaemonPool] | None = None
 _POOL_LOCK = threading.Lock()
 
 
-def _stager() -> concurrent.futures.ThreadPoolExecutor:
+def _stager() -> DaemonPool:
     """This process's staging thread (created on first use, again after a fork)."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None or _POOL[0] != os.getpid():
-            pool = concurrent.futures.ThreadPoolExecutor(
-                STAGING_THREADS, thread_name_prefix="grainpack-stage"
-            )
+            pool = DaemonPool(STAGING_THREADS, name="grainpack-stage")
             _POOL = (os.getpid(), pool)
         return _POOL[1]
 
