@@ -515,17 +515,21 @@ class PipelineConfig:
             mixture = {"schedule": schedule.description()}
         else:  # online: its configuration (its state is checkpointed apart)
             mixture = {"schedule": repr(schedule)}
-        return {
-            "sources": list(self.sources),
-            "block": self.block,
-            "global_batch_size": self.global_batch_size,
-            "seed": self.seed,
-            **mixture,
-            "unit": self.unit,
-            "boundary_id": self.boundary_id,
-            "pad_id": self.pad_id,
-            "sequence_selector": selector,
-        } | self.order.fingerprint() | self._packing_description()
+        return (
+            {
+                "sources": list(self.sources),
+                "block": self.block,
+                "global_batch_size": self.global_batch_size,
+                "seed": self.seed,
+                **mixture,
+                "unit": self.unit,
+                "boundary_id": self.boundary_id,
+                "pad_id": self.pad_id,
+                "sequence_selector": selector,
+            }
+            | self.order.fingerprint()
+            | self._packing_description()
+        )
 
     def _packing_description(self) -> dict[str, Any]:
         """Nothing for the default ``concat`` (fingerprints of saved checkpoints stay valid),
