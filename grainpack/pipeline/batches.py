@@ -301,7 +301,7 @@ class PipelineBatches:
                 f"than the limit of {_size(limit)} (a quarter of this "
                 "machine's memory unless max_index_bytes is given). Use "
                 "order=gp.BlockedOrder(block_docs=4096, window_blocks=256) in PipelineConfig: "
-                "its memory is O(documents / block_docs) per process (README, 'Scale')"
+                "its memory is O(documents / block_docs) per process (docs/scale.md)"
             )
 
     def __getstate__(self) -> dict:
