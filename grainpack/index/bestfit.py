@@ -28,17 +28,14 @@ rooms of open rows); the pipeline passes numba's compiled twin
 from __future__ import annotations
 
 import bisect
-import collections
-import concurrent.futures
 import dataclasses
-import threading
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from grainpack.index.blocked import BlockedRows, _prefetcher, mix_key
 from grainpack.index.hashing import splitmix64_array
+from grainpack.index.plancache import PlanCache
 from grainpack.index.stream import EpochRows, SourceRows, Spans
 
 __all__ = [
@@ -287,20 +284,7 @@ class BestFitRows(EpochRows):
         self.unselected_tokens = tokens + (n if self.boundary else 0)
         self._rows_per_epoch: int | None = None
         self._epoch_starts = np.zeros(1, dtype=np.int64)
-        self._reset()
-
-    def _reset(self) -> None:
-        self._lock = threading.Lock()
-        self._cache: collections.OrderedDict[tuple[Any, ...], concurrent.futures.Future] = (
-            collections.OrderedDict()
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_cache")}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._reset()
+        self._plans = PlanCache()
 
     @property
     def rows_per_epoch(self) -> int | None:  # type: ignore[override]
@@ -331,27 +315,6 @@ class BestFitRows(EpochRows):
 
     # -- windows, cached -------------------------------------------------------------------
 
-    def _cached(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
-        """``compute()`` once per key (the caller computes, others wait); the last
-        ``_CACHED`` results of each kind are kept."""
-        with self._lock:
-            future = self._cache.get(key)
-            mine = future is None
-            if mine:
-                future = self._cache[key] = concurrent.futures.Future()
-                same = [k for k in self._cache if k[0] == key[0]]
-                for old in same[: max(0, len(same) - _CACHED)]:
-                    del self._cache[old]
-        if mine:
-            try:
-                future.set_result(compute())
-            except BaseException as err:
-                with self._lock:
-                    if self._cache.get(key) is future:
-                        del self._cache[key]
-                future.set_exception(err)
-        return future.result()
-
     def _documents(self, epoch: int, window: int) -> tuple[np.ndarray, np.ndarray]:
         """The window's documents in its order, and their lengths."""
         if self.blocked:
@@ -380,7 +343,7 @@ class BestFitRows(EpochRows):
                 kernel=self.kernel,
             )
 
-        return self._cached(("window", epoch, window), pack)
+        return self._plans.get(("window", epoch, window), pack, _CACHED)
 
     def _table(self, epoch: int) -> _EpochTable:
         """Rows and real tokens before each window of ``epoch`` (counting packs every
@@ -407,7 +370,7 @@ class BestFitRows(EpochRows):
                 raise self._kept_nothing(epoch, self.seed)
             return _EpochTable(rows, tokens)
 
-        return self._cached(("epoch", epoch), count)
+        return self._plans.get(("epoch", epoch), count, _CACHED)
 
     def _plan_ahead(self, epoch: int, window: int) -> None:
         """Packs the window after ``(epoch, window)`` on the background thread (blocked
@@ -415,9 +378,8 @@ class BestFitRows(EpochRows):
         if not (self.blocked and self.inner.plan_ahead):  # type: ignore[union-attr]
             return
         nxt = (epoch, window + 1) if window + 1 < self.num_windows else (epoch + 1, 0)
-        with self._lock:
-            if ("window", *nxt) in self._cache:
-                return
+        if ("window", *nxt) in self._plans:
+            return
         _prefetcher().submit(self._ahead, *nxt)
 
     def _ahead(self, epoch: int, window: int) -> None:

@@ -30,7 +30,6 @@ stored stream in the order of the same bijection instead of a materialized permu
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
 import logging
@@ -44,6 +43,7 @@ import numpy as np
 from grainpack.index.checks import check_int
 from grainpack.index.hashing import MASK64, splitmix64, splitmix64_inplace
 from grainpack.index.orders import check_selected_order
+from grainpack.index.plancache import PlanCache
 from grainpack.index.stream import EpochRows, Spans
 
 __all__ = [
@@ -391,20 +391,7 @@ class BlockedRows(EpochRows):
                 self.rows_per_epoch = -(-self._total // width)
         self._totals: list[int] = []  # stream tokens of each epoch (selector only)
         self._epoch_starts = np.zeros(1, dtype=np.int64)
-        self._reset()
-
-    def _reset(self) -> None:
-        self._lock = threading.Lock()
-        self._cache: collections.OrderedDict[tuple[Any, ...], concurrent.futures.Future] = (
-            collections.OrderedDict()
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_cache")}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._reset()
+        self._plans = PlanCache()
 
     # -- epochs ------------------------------------------------------------------------------
 
@@ -459,32 +446,11 @@ class BlockedRows(EpochRows):
 
     # -- planning, cached and ahead of use ------------------------------------------------------
 
-    def _cached(self, key: tuple[Any, ...], compute: Callable[[], Any], limit: int) -> Any:
-        """``compute()`` once per key (the caller computes, others wait), the last ``limit``
-        results of each kind kept."""
-        with self._lock:
-            future = self._cache.get(key)
-            mine = future is None
-            if mine:
-                future = self._cache[key] = concurrent.futures.Future()
-                same = [k for k in self._cache if k[0] == key[0]]
-                for old in same[: max(0, len(same) - limit)]:
-                    del self._cache[old]
-        if mine:
-            try:
-                future.set_result(compute())
-            except BaseException as err:
-                with self._lock:
-                    if self._cache.get(key) is future:
-                        del self._cache[key]
-                future.set_exception(err)
-        return future.result()
-
     def _epoch(self, epoch: int) -> _Epoch:
-        return self._cached(("epoch", epoch), lambda: self._plan_epoch(epoch), _CACHED_EPOCHS)
+        return self._plans.get(("epoch", epoch), lambda: self._plan_epoch(epoch), _CACHED_EPOCHS)
 
     def _window(self, epoch: int, window: int) -> _Window:
-        return self._cached(
+        return self._plans.get(
             ("window", epoch, window), lambda: self._plan_window(epoch, window), _CACHED_WINDOWS
         )
 
@@ -493,9 +459,8 @@ class BlockedRows(EpochRows):
         if not self.plan_ahead:
             return
         nxt = (epoch, window + 1) if window + 1 < self.num_windows else (epoch + 1, 0)
-        with self._lock:
-            if ("window", *nxt) in self._cache:
-                return
+        if ("window", *nxt) in self._plans:
+            return
         _prefetcher().submit(self._ahead, *nxt)
 
     def _ahead(self, epoch: int, window: int) -> None:
