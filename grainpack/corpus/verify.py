@@ -102,7 +102,7 @@ def _scan_ids(tokens: np.ndarray, position: int, vocab_size: int | None, where: 
     return high
 
 
-def _mismatch(file: Path, what: str) -> CorpusError:
+def _mismatch(file: Path | str, what: str) -> CorpusError:
     return CorpusError(
         f"{file}: {what} mismatch with {MANIFEST_NAME}: the file changed after writing "
         "(corrupt); rebuild the corpus"
@@ -173,18 +173,26 @@ def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> tuple
             raise bad_id
     checks = ["sha256 checksums", "shard offsets"]
     content = content_digest(stream.hexdigest(), offsets_hash.hexdigest())
+    checks += _check_stream(m, f"{path / MANIFEST_NAME}", content, high)
+    return high, checks
+
+
+def _check_stream(m: dict[str, Any], manifest: str, content: str, high: int | None) -> list[str]:
+    """The manifest's whole-stream records (``content_sha256``, ``max_token_id``) against
+    what reading every token found; the names of the checks made."""
+    checks = []
     if "content_sha256" in m:
         if content != m["content_sha256"]:
-            raise _mismatch(path / MANIFEST_NAME, "content_sha256 (of the whole stream)")
+            raise _mismatch(manifest, "content_sha256 (of the whole stream)")
         checks.append("content_sha256")
     if "max_token_id" in m:
         if m["max_token_id"] != high:
             raise CorpusError(
-                f"{path / MANIFEST_NAME}: max_token_id={m['max_token_id']} but the largest "
+                f"{manifest}: max_token_id={m['max_token_id']} but the largest "
                 f"token id is {high}; rebuild the corpus"
             )
         checks.append(f"max_token_id={high}")
-    return high, checks
+    return checks
 
 
 def _check_chunk_tokens(chunk_tokens: Any) -> None:
@@ -348,25 +356,14 @@ def _verify_remote(
                 position += tokens.size
                 bar.update(tokens.size)
             if digest.hexdigest() != s["tokens_sha256"]:
-                error = _mismatch(where, "sha256")  # type: ignore[arg-type]
+                error = _mismatch(where, "sha256")
                 if bad_id is not None:
                     raise CorpusError(f"{error} (it now also holds a bad id: {bad_id})") from None
                 raise error
             if bad_id is not None:
                 raise bad_id
     content = content_digest(stream.hexdigest(), offsets_hash.hexdigest())
-    if "content_sha256" in m:
-        if content != m["content_sha256"]:
-            manifest = f"{url}/{MANIFEST_NAME}"
-            raise _mismatch(manifest, "content_sha256 (of the whole stream)")  # type: ignore[arg-type]
-        checks.append("content_sha256")
-    if "max_token_id" in m:
-        if m["max_token_id"] != high:
-            raise CorpusError(
-                f"{url}/{MANIFEST_NAME}: max_token_id={m['max_token_id']} but the largest "
-                f"token id is {high}; rebuild the corpus"
-            )
-        checks.append(f"max_token_id={high}")
+    checks += _check_stream(m, f"{url}/{MANIFEST_NAME}", content, high)
     return report(source, url, "grainpack", high, checks)
 
 
