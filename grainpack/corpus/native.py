@@ -268,6 +268,23 @@ def read_manifest(path: PathLike, *, dir_fd: int | None = None) -> dict[str, Any
     return m
 
 
+def source_fields(manifest: dict[str, Any], where: Any, eos_id: int | None) -> dict[str, Any]:
+    """A :class:`TokenShardSource`'s fields from the native ``manifest`` of the corpus at
+    ``where``: ``eos_id``, when given, replaces an unrecorded one and must equal a recorded
+    one."""
+    recorded = manifest["eos_id"]
+    if eos_id is not None and recorded is not None and eos_id != recorded:
+        raise ValueError(f"{where} records eos_id={recorded}, got {eos_id=}; omit eos_id")
+    return {
+        "dtype": manifest["dtype"],
+        "fingerprint": fingerprint_of(manifest),
+        "vocab_size": manifest["vocab_size"],
+        "eos_id": recorded if eos_id is None else eos_id,
+        "max_token_id": manifest.get("max_token_id"),
+        "tokenizer": manifest.get("tokenizer"),
+    }
+
+
 def fingerprint_of(manifest: dict[str, Any]) -> str:
     """The fingerprint of a native corpus: the sha256 of its canonical manifest, without the
     shard list when the manifest records ``content_sha256`` (then how the stream is cut into
@@ -432,15 +449,6 @@ def _open_native_at(path: Path, dir_fd: int, eos_id: int | None) -> TokenShardSo
                 summary_path=None if summary is None else str(summary),
             )
         )
-    if eos_id is not None and m["eos_id"] is not None and eos_id != m["eos_id"]:
-        raise ValueError(f"{path} records eos_id={m['eos_id']}, got {eos_id=}; omit eos_id")
     return TokenShardSource(
-        records,
-        dtype=m["dtype"],
-        fingerprint=fingerprint_of(m),
-        vocab_size=m["vocab_size"],
-        eos_id=m["eos_id"] if eos_id is None else eos_id,
-        max_token_id=m.get("max_token_id"),
-        tokenizer=m.get("tokenizer"),
-        summary_block_docs=block_docs,
+        records, **source_fields(m, path, eos_id), summary_block_docs=block_docs
     )

@@ -47,7 +47,7 @@ import numpy as np
 from grainpack.corpus.cache import cache_root
 from grainpack.corpus.daemon_pool import DaemonPool
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError
-from grainpack.corpus.native import MANIFEST_NAME, fingerprint_of, read_manifest
+from grainpack.corpus.native import MANIFEST_NAME, read_manifest, source_fields
 from grainpack.corpus.shards import OffsetsFile, ShardRecord
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import summary_pieces
@@ -670,8 +670,6 @@ def open_with_manifest(
         )
         for s, name, o, summary in zip(m["shards"], names, offsets_items, summary_items)
     ]
-    if eos_id is not None and m["eos_id"] is not None and eos_id != m["eos_id"]:
-        raise ValueError(f"{url} records eos_id={m['eos_id']}, got {eos_id=}; omit eos_id")
     source = RemoteShardSource(
         records,
         url=url,
@@ -679,12 +677,7 @@ def open_with_manifest(
         etags=etags,
         metadata=metadata,
         options=options,
-        dtype=m["dtype"],
-        fingerprint=fingerprint_of(m),
-        vocab_size=m["vocab_size"],
-        eos_id=m["eos_id"] if eos_id is None else eos_id,
-        max_token_id=m.get("max_token_id"),
-        tokenizer=m.get("tokenizer"),
+        **source_fields(m, url, eos_id),
         summary_block_docs=block_docs,
     )
     for key, value in stats.items():  # what opening fetched
