@@ -491,10 +491,22 @@ def describe_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> st
             old, new = (_named(v, d.get("sources")) for v, d in ((old, saved), (new, current)))
             if old != new:  # else the same weights in another order of the sources
                 words.append(f"weights: {old} -> {new}")
+        elif key == "packing":  # the default concat is described by no entry
+            words.append(f"packing: {_packing(saved)} -> {_packing(current)}")
+        elif key == "max_segments":
+            if saved.get("packing") == current.get("packing"):  # else said with the packing
+                old, new = ("no limit" if v is None else v for v in (old, new))
+                words.append(f"max_segments (documents a row): {old} -> {new}")
         elif key != "sources":
             old, new = (_DEFAULTS.get(key) if v is None else v for v in (old, new))
             words.append(f"{_FIELD_NAMES.get(key, key)}: {old} -> {new}")
     return "; ".join(words) or "nothing that is described"
+
+
+def _packing(described: Mapping[str, Any]) -> str:
+    """``concat``, ``best_fit`` or ``best_fit with max_segments=S``, of a description."""
+    packing, limit = described.get("packing") or "concat", described.get("max_segments")
+    return packing if limit is None else f"{packing} with max_segments={limit}"
 
 
 def _named(weights: Any, sources: Any) -> Any:

@@ -680,6 +680,12 @@ def test_schedule_elastic_restore_across_stage_boundaries(larger_sources, order,
         ({"order": "reversed"}, "the order of the sources: ['a', 'b'] -> ['b', 'a']"),
         ({"corpus": "b"}, "the corpus of source 'b' changed (its content)"),
         ({"drop": "b"}, "source 'b' was removed"),
+        # Before: "packing: None -> best_fit" (the default concat has no entry).
+        ({"packing": "best_fit"}, "packing: concat -> best_fit"),
+        (
+            {"packing": "best_fit", "max_segments": 2},
+            "packing: concat -> best_fit with max_segments=2",
+        ),
     ],
 )
 def test_a_refused_restore_names_what_changed(tmp_path, change, message):
@@ -714,8 +720,8 @@ def test_a_refused_restore_names_what_changed(tmp_path, change, message):
             epath.Path(tmp_path / "data"), args=gp.CheckpointRestore(restored)
         )
     assert "What changed: " in str(refused.value) and message in str(refused.value)
-    if change == {"block": 16}:
-        assert str(refused.value).endswith("What changed: block: 8 -> 16.")  # only that
+    if change in ({"block": 16}, {"packing": "best_fit", "max_segments": 2}):
+        assert str(refused.value).endswith(f"What changed: {message}.")  # only that
     (tmp_path / "data" / "pipeline_0-of-1.json").write_text('{"sources": 3}')  # damaged
     with pytest.raises(ValueError, match="another pipeline config or corpus") as refused:
         DataCheckpointHandler().restore(  # the mismatch alone (was a TypeError)
@@ -724,6 +730,22 @@ def test_a_refused_restore_names_what_changed(tmp_path, change, message):
     assert "What changed" not in str(refused.value)
     state = it.get_state()
     assert all(type(v) is int for v in state.values())  # the state itself stays ints
+
+
+def test_packing_changes_name_the_packing_and_both_values(tmp_path):
+    # Before: "max_segments: 2 -> None; packing: best_fit -> None".
+    from grainpack.pipeline.dataset import describe_changes
+
+    gp.write_corpus(str(tmp_path / "a"), random_documents(np.random.default_rng(0), 30, 1, 40))
+    base = {"sources": {"a": str(tmp_path / "a")}, "block": 8, "global_batch_size": 4}
+    concat, best_fit, limited = (
+        iter(gp.make_dataset(gp.PipelineConfig(**base, **packing))).describe()
+        for packing in ({}, {"packing": "best_fit"}, {"packing": "best_fit", "max_segments": 2})
+    )
+    assert describe_changes(limited, concat) == "packing: best_fit with max_segments=2 -> concat"
+    assert describe_changes(best_fit, concat) == "packing: best_fit -> concat"
+    assert describe_changes(best_fit, limited) == "max_segments (documents a row): no limit -> 2"
+    assert describe_changes(limited, best_fit) == "max_segments (documents a row): 2 -> no limit"
 
 
 def test_warnings_for_doubled_or_missing_boundaries_and_mixed_tokenizers(tmp_path, tokenizer_files):
