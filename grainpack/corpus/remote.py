@@ -4,12 +4,17 @@
 ``https://`` through obstore (the ``remote`` extra), metadata once, tokens by range.
 
 Opening (:func:`open_remote`) reads ``manifest.json`` and pins every token object's ETag
-(a HEAD each, in parallel), after checking its size against the manifest. The offsets and
-summary files, small next to the tokens, are fetched once into the host cache
+(a HEAD each, in parallel), after checking its size against the manifest. The summary files
+(8 bytes per 256 documents) are fetched once into the host cache
 (``$GRAINPACK_CACHE/remote``) under their sha256 from the manifest, checked on download and
-at every open (a damaged cached copy is fetched again), and memory-mapped from there as a
-local corpus's are: a :class:`RemoteShardSource` is a
+at every open (a damaged cached copy is fetched again), and read from there as a local
+corpus's are: a :class:`RemoteShardSource` is a
 :class:`~grainpack.corpus.source.TokenShardSource` whose index math is the local one.
+Offsets (8 bytes per document) are not fetched at open: the blocked order reads them by
+range, a window at a time (:mod:`grainpack.corpus.remote_offsets`; each offsets object's
+ETag pinned by its first read), and what needs every document's length (the exact order,
+``lengths``, ``verify``) downloads a shard's whole offsets object into the host cache, by
+sha256, as summaries are.
 
 Tokens are never downloaded whole: reads ask for pieces (shard, token range), which are
 served from a bounded in-memory LRU of fetched ranges or coalesced (neighbours closer than
@@ -48,6 +53,7 @@ from grainpack.corpus.cache import cache_root
 from grainpack.corpus.daemon_pool import DaemonPool
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError
 from grainpack.corpus.native import MANIFEST_NAME, read_manifest, source_fields
+from grainpack.corpus.remote_offsets import PAGE, OffsetPages
 from grainpack.corpus.shards import OffsetsFile, ShardRecord
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import summary_pieces
@@ -76,6 +82,8 @@ class RemoteOptions:
         memory_bytes: Byte budget of the in-memory LRU of fetched ranges.
         lookahead_bytes: Bytes of the next rows of the current plan fetched in the
             background ahead of the rows being read (0: none).
+        offsets_bytes: Byte budget of the document offsets read by range (the blocked
+            order's windows, ``8*K*C`` bytes each; keep two windows' worth).
         attempts: Reads of one range (each with obstore's own retries) before failing.
         client_retries: obstore's retries of one request (5xx, resets, timeouts).
         timeout_s: Seconds one request may take.
@@ -86,6 +94,7 @@ class RemoteOptions:
     in_flight: int = 16
     memory_bytes: int = 256 * MiB
     lookahead_bytes: int = 64 * MiB
+    offsets_bytes: int = 64 * MiB
     attempts: int = 4
     client_retries: int = 3
     timeout_s: int = 60
@@ -93,7 +102,9 @@ class RemoteOptions:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            minimum = 0 if field.name in ("gap_bytes", "memory_bytes", "lookahead_bytes") else 1
+            minimum = 1
+            if field.name in ("gap_bytes", "memory_bytes", "lookahead_bytes", "offsets_bytes"):
+                minimum = 0
             if field.name == "client_retries":
                 minimum = 0
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -285,6 +296,12 @@ class _Client:
 
     def get_range(self, name: str, start: int, stop: int, etag: str | None) -> Any:
         """Bytes ``[start, stop)`` of ``name``, the object pinned as ``etag``."""
+        return self.get_range_tagged(name, start, stop, etag)[0]
+
+    def get_range_tagged(
+        self, name: str, start: int, stop: int, etag: str | None
+    ) -> tuple[Any, str | None]:
+        """:meth:`get_range`, and the ETag of the object the bytes came from."""
         import obstore
 
         self._ready()
@@ -293,7 +310,7 @@ class _Client:
         if etag is not None:
             options["if_match"] = etag
 
-        def call() -> Any:
+        def call() -> tuple[Any, str | None]:
             began = time.perf_counter()
             result = obstore.get(self._store, name, options=options)
             data = result.bytes()
@@ -305,7 +322,7 @@ class _Client:
             self.count("bytes", len(data))
             self.count("requests", 1)
             self.count("request_seconds", time.perf_counter() - began)
-            return data
+            return data, tag
 
         return self._attempts(url, f"reading bytes [{start}, {stop})", call)
 
@@ -390,11 +407,14 @@ class RemoteShardSource(TokenShardSource):
         objects: Sequence[str],
         etags: Sequence[str | None],
         metadata: Sequence[_Cached],
+        offsets: Sequence[_Cached],
         options: RemoteOptions,
         **kwargs: Any,
     ) -> None:
         self.url, self.objects, self.etags = url, tuple(objects), tuple(etags)
-        self.metadata, self.options = tuple(metadata), options
+        self.metadata, self.offsets_objects = tuple(metadata), tuple(offsets)
+        self.offsets_etags: list[str | None] = [None] * len(offsets)  # pinned by first reads
+        self.options = options
         super().__init__(shards, **kwargs)
 
     def _reset(self) -> None:
@@ -403,10 +423,20 @@ class RemoteShardSource(TokenShardSource):
         self._stats_lock = threading.Lock()
         self._client = _Client(self.url, self.options, self._count)
         self._ranges = _RangeCache(self.options.memory_bytes)
+        self._pages = OffsetPages(
+            [s.num_documents or 0 for s in self._shards],
+            [s.num_tokens for s in self._shards],
+            [f"{self.url}/{o.name}" for o in self.offsets_objects],
+            self._fetch_offsets,
+            lambda *args: self._client.pool.submit(*args),
+            budget=self.options.offsets_bytes,
+            request_pages=max(1, self.options.request_bytes // (8 * PAGE)),
+        )
+        self._whole: set[int] = set()  # shards whose whole offsets object is in the cache
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        for key in ("_stats", "_stats_lock", "_client", "_ranges"):
+        for key in ("_stats", "_stats_lock", "_client", "_ranges", "_pages", "_whole"):
             state.pop(key, None)
         return state
 
@@ -432,10 +462,93 @@ class RemoteShardSource(TokenShardSource):
         downloads), ``request_seconds`` (summed over requests), ``pieces``,
         ``cache_hits`` (pieces served from the in-memory LRU), ``retries`` (ours, beyond
         obstore's), ``wait_seconds`` (time reads waited for the network),
-        ``prefetched_bytes`` (staged ahead of the rows being read) and
-        ``metadata_cache_hits``/``metadata_fetches``."""
+        ``prefetched_bytes`` (staged ahead of the rows being read), ``offsets_bytes``
+        (document offsets read by range) and ``metadata_cache_hits``/``metadata_fetches``
+        (summaries, whole offsets objects)."""
         with self._stats_lock:
             return dict(self._stats)
+
+    # -- offsets: by range, or whole where every length is needed ---------------------------
+
+    def _fetch_offsets(self, k: int, first_page: int, stop_page: int) -> np.ndarray:
+        """Offsets of pages ``[first_page, stop_page)`` of shard ``k`` (one ranged GET); the
+        first read of an object pins its ETag, later ones ask for that one."""
+        n = self._shards[k].num_documents or 0
+        lo, hi = 8 * first_page * PAGE, 8 * min(stop_page * PAGE, n + 1)
+        name = self.offsets_objects[k].name
+        data, tag = self._client.get_range_tagged(name, lo, hi, self.offsets_etags[k])
+        with self._stats_lock:
+            pinned = self.offsets_etags[k]
+            if pinned is None:
+                self.offsets_etags[k] = tag
+            elif tag is not None and tag != pinned:
+                raise _changed(f"{self.url}/{name}", f"ETag {pinned} -> {tag}")
+            self._stats["offsets_bytes"] += hi - lo
+        return np.frombuffer(data, "<i8").astype(np.int64)
+
+    def _local(self, k: int, *, check: bool = False) -> np.ndarray:
+        """Shard ``k``'s whole offsets (downloaded into the host cache first, by sha256)."""
+        if k not in self._whole:
+            _fetch_metadata(self._client, [self.offsets_objects[k]])
+            self._whole.add(k)
+        return super()._local(k, check=check)
+
+    def document_offsets(self, documents: np.ndarray) -> np.ndarray:
+        """:meth:`TokenShardSource.document_offsets`, read by range (pages of
+        :class:`~grainpack.corpus.remote_offsets.OffsetPages`) unless the shard's whole
+        offsets object was downloaded."""
+        docs = np.asarray(documents, dtype=np.int64)
+        starts = self._document_starts()
+        if docs.size and (docs.min() < 0 or docs.max() > starts[-1]):
+            raise IndexError(
+                f"document ids {docs.min()}..{docs.max()} are outside [0, {starts[-1]}] "
+                "(num_documents is allowed: the end of the stream)"
+            )
+        flat = docs.reshape(-1)
+        out = np.empty(flat.shape, dtype=np.int64)
+        if not self._shards:
+            out[:] = 0
+            return out.reshape(docs.shape)
+        shard = np.searchsorted(starts, flat, side="right") - 1
+        np.minimum(shard, len(self._shards) - 1, out=shard)  # document N: the last shard's end
+        for k in np.unique(shard).tolist():
+            mine = np.flatnonzero(shard == k)
+            index = flat[mine] - starts[k]
+            local = self._locals[k] if k in self._whole else None
+            values = local[index] if local is not None else self._pages.values(k, index)
+            out[mine] = values + self._starts_list[k]
+        return out.reshape(docs.shape)
+
+    def offsets_between(self, first: int, stop: int) -> np.ndarray:
+        """:meth:`TokenShardSource.offsets_between`, read by range (see
+        :meth:`document_offsets`)."""
+        n = len(self)
+        if not 0 <= first <= stop <= n:
+            raise IndexError(
+                f"documents [{first}, {stop}) are outside [0, {n}); "
+                "use 0 <= first <= stop <= num_documents"
+            )
+        return self.document_offsets(np.arange(first, stop + 1, dtype=np.int64))
+
+    def read_ahead(self, runs: Sequence[tuple[int, int]]) -> None:
+        """Fetches the offsets of document runs ``[first, stop)`` in parallel (the blocked
+        order announces a window's runs before reading them one by one)."""
+        starts = self._document_starts()
+        pieces = []
+        for first, stop in runs:
+            k = min(max(bisect.bisect_right(starts, first) - 1, 0), len(self._shards) - 1)
+            while True:
+                a, b = first - starts[k], min(stop, starts[k + 1]) - starts[k]
+                if k not in self._whole:
+                    pieces.append((k, a, b))
+                if stop <= starts[k + 1] or k + 1 == len(self._shards):
+                    break
+                k, first = k + 1, starts[k + 1]
+        self._pages.prefetch(pieces)
+
+    def _document_range(self, i: int) -> tuple[int, int]:
+        a, b = self.document_offsets(np.array([i, i + 1])).tolist()
+        return a, b
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -646,7 +759,7 @@ def open_with_manifest(
             summary = _Cached(s["summary_file"], s["summary_sha256"], size)
         summary_items.append(summary)
         first += s["num_documents"]
-        metadata += [offsets] if summary is None else [offsets, summary]
+        metadata += [] if summary is None else [summary]
     _fetch_metadata(client, metadata)
     names = [s["tokens_file"] for s in m["shards"]]
     heads = [client.pool.submit(client.head, name) for name in names]
@@ -676,6 +789,7 @@ def open_with_manifest(
         objects=names,
         etags=etags,
         metadata=metadata,
+        offsets=offsets_items,
         options=options,
         **source_fields(m, url, eos_id),
         summary_block_docs=block_docs,

@@ -141,26 +141,61 @@ def test_a_source_pickles_its_url_and_pins_not_a_client(corpora, tmp_path, monke
     assert copy.etags == source.etags
 
 
-def test_metadata_is_cached_by_sha256_and_a_damaged_copy_is_fetched_again(corpora):
+def test_metadata_is_cached_by_sha256_and_a_damaged_copy_is_fetched_again(
+    corpora, tmp_path, monkeypatch
+):
     from grainpack.corpus.cache import cache_root
     from grainpack.corpus.native import read_manifest
 
+    monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path))
     local, url = corpora["en"]
-    gp.open_corpus(url)  # the cache holds it now
+    gp.open_corpus(url)  # the cache holds the summaries now, not the offsets
     manifest = read_manifest(local)
-    shas = [s[k] for s in manifest["shards"] for k in ("offsets_sha256", "summary_sha256")]
-    for sha in shas:
-        assert (cache_root() / "remote" / f"{sha}.bin").is_file()
+    summaries = [s["summary_sha256"] for s in manifest["shards"]]
+    offsets = [s["offsets_sha256"] for s in manifest["shards"]]
+    assert all((cache_root() / "remote" / f"{sha}.bin").is_file() for sha in summaries)
+    assert not any((cache_root() / "remote" / f"{sha}.bin").exists() for sha in offsets)
     again = gp.open_corpus(url)
     assert again.stats.get("metadata_fetches", 0) == 0
-    assert again.stats["metadata_cache_hits"] == len(shas)
-    damaged = cache_root() / "remote" / f"{shas[0]}.bin"
+    assert again.stats["metadata_cache_hits"] == 4
+    np.testing.assert_array_equal(again.lengths, gp.open_corpus(local).lengths)  # whole now
+    assert again.stats["metadata_fetches"] == 4
+    assert all((cache_root() / "remote" / f"{sha}.bin").is_file() for sha in offsets)
+    damaged = cache_root() / "remote" / f"{offsets[0]}.bin"
     raw = bytearray(damaged.read_bytes())
     raw[8] ^= 0xFF
     damaged.write_bytes(bytes(raw))
     third = gp.open_corpus(url)
-    assert third.stats["metadata_fetches"] == 1
     np.testing.assert_array_equal(third.offsets, gp.open_corpus(local).offsets)
+    assert (third.stats["metadata_fetches"], third.stats["metadata_cache_hits"]) == (1, 7)
+
+
+def test_the_blocked_order_reads_offsets_by_range_never_whole(corpora, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path))
+    local, remote = configs(corpora, CONFIGS["docs-blocked-compact"])
+    source = gp.open_corpus(corpora["en"][1])
+    assert source.stats["metadata_fetches"] == 4  # the summaries: 8 bytes per 256 documents
+    assert source.stats["bytes"] == 56 + 2057  # four summaries' 7 totals and the manifest
+    assert_same_batches(iter(gp.make_dataset(local)), iter(gp.make_dataset(remote)), 40)
+    it = iter(gp.make_dataset(remote))
+    next(it)
+    stats = it._batches.sources[0].stats
+    assert "metadata_fetches" not in stats  # no whole offsets object (summaries: cached)
+    assert all(etag is not None for etag in it._batches.sources[0].offsets_etags)
+    # one window: the pages of its 8 runs of 16 documents (2 KiB each, less at shard ends)
+    source = gp.open_corpus(corpora["en"][1])
+    rows = BLOCKED.row_stream(
+        source, unit="documents", block=31, seed=0, boundary=False, selector=None,
+        block_tokens=lambda c: gp.corpus.summary.block_tokens(source, c),
+    )  # fmt: skip
+    rows.plan_ahead = False
+    spans = rows.spans(0, np.arange(3))
+    local = gp.open_corpus(corpora["en"][0])
+    np.testing.assert_array_equal(
+        source.document_offsets(spans.document), local.document_offsets(spans.document)
+    )
+    # pages of 3 shards (of 4) in one ranged GET each, after the manifest's
+    assert (source.stats["offsets_bytes"], source.stats["requests"]) == (4744, 1 + 3)
 
 
 def test_a_metadata_object_that_does_not_match_its_sha256_is_refused(
@@ -173,9 +208,17 @@ def test_a_metadata_object_that_does_not_match_its_sha256_is_refused(
     local, url = fresh_copy(corpora)
     name = "offsets-00001.bin"
     data = bytearray((Path(local) / name).read_bytes())
-    data[-9] ^= 1
+    data[-9] ^= 1  # the highest byte of the shard's second-to-last offset
     obstore.put(from_url(url), name, bytes(data))
+    source = gp.open_corpus(url)  # offsets are not read at open
     with pytest.raises(CorpusError, match=f"{url}/{name}: its sha256 is"):
+        _ = source.lengths  # the whole object
+    with pytest.raises(CorpusError, match=rf"{url}/{name}: bytes \[0, 1984\) hold an offset "):
+        source.offsets_between(300, 304)  # a page of it
+    summary = "summary-00002.bin"
+    obstore.put(from_url(url), summary, bytes(8 * 2))
+    monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path / "other"))  # the good copy is cached
+    with pytest.raises(CorpusError, match=f"{url}/{summary}: its sha256 is"):
         gp.open_corpus(url)
 
 
