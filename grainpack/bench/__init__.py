@@ -1,2 +1,3 @@
 """Benchmarks: loader throughput against the limit and peers (``throughput``, ``peers``),
-building from text (``build``) and the blocked order at scale (``scale``)."""
+building from text (``build``), the blocked order at scale (``scale``), an accelerator
+host's feed (``device``) and concat against best-fit packing (``packing``)."""

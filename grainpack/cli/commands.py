@@ -29,7 +29,7 @@ TEXT_ONLY = {
 
 def build(args: argparse.Namespace) -> None:
     """Text with ``--tokenizer``, else token ids."""
-    output = os.path.abspath(args.output)  # "." has no name to put files beside
+    output = _output(args.output)
     common = dict(
         dtype=args.dtype,
         shard_tokens=args.shard_tokens,
@@ -88,6 +88,14 @@ def build(args: argparse.Namespace) -> None:
     )
 
 
+def _output(path: str) -> str:
+    """A local output made absolute ("." has no name to put files beside); a bucket's URL
+    (staged locally, then uploaded) as it is."""
+    from grainpack.corpus.urls import output_url
+
+    return output_url(path, "grainpack") or os.path.abspath(path)
+
+
 @contextlib.contextmanager
 def _notes() -> Iterator[None]:
     """The build's notes (``INFO`` of ``grainpack.ingest``: a resumed shuffle) printed."""
@@ -107,10 +115,13 @@ def kept(args: argparse.Namespace) -> str:
     its tokenized corpus before the shuffle)."""
     if args.command != "build" or args.tokenizer is None:
         return ""
+    from grainpack.corpus.urls import output_url
     from grainpack.ingest.build import parts_folder
     from grainpack.ingest.shuffled import key_file, staged_path
+    from grainpack.ingest.upload import staging_root
 
-    built = Path(os.path.abspath(args.output))
+    url = output_url(args.output, "grainpack build")
+    built = staging_root(url) / "corpus" if url else Path(os.path.abspath(args.output))
     if args.shuffle is not None:
         built = staged_path(built)
         if key_file(built).is_file():
@@ -129,12 +140,14 @@ def kept(args: argparse.Namespace) -> str:
 
 
 def merge(args: argparse.Namespace) -> None:
+    from grainpack.corpus.urls import is_url
     from grainpack.ingest.merge import merge_corpora
 
     src = merge_corpora(args.parts, args.output, overwrite=args.overwrite)
+    how = "uploaded" if is_url(args.output) else "hard-linked"
     print(
         f"wrote {args.output}: {src.num_documents:,} documents, {src.num_tokens:,} tokens in "
-        f"{len(src.shards)} shard(s) hard-linked from {len(args.parts)} corpora"
+        f"{len(src.shards)} shard(s) {how} from {len(args.parts)} corpora"
     )
 
 
@@ -302,8 +315,8 @@ def _bars() -> bool:
 # bench options and the modes they apply to (None: the throughput benchmark)
 BENCH_OPTIONS = {
     "tokens": (None, "device"),
-    "quick": (None, "device"),
-    "passes": (None, "build", "device"),
+    "quick": (None, "device", "packing"),
+    "passes": (None, "build", "device", "packing"),
     "megabytes": ("build",),
     "documents": ("scale",),
     "boundary_documents": ("scale",),
@@ -319,12 +332,16 @@ def bench(args: argparse.Namespace) -> None:
         raise ValueError("give --build or --scale, not both (they are separate benchmarks)")
     if args.device and (args.build or args.scale):
         raise ValueError("--device is a benchmark of its own: give it without --build or --scale")
-    mode = "build" if args.build else "scale" if args.scale else "device" if args.device else None
+    if args.packing and (args.build or args.scale or args.device):
+        raise ValueError("--packing is a benchmark of its own: give it without the others")
+    mode = next((m for m in ("build", "scale", "device", "packing") if getattr(args, m)), None)
     defaults = vars(parser().parse_args(["bench"]))
     for dest, modes in BENCH_OPTIONS.items():
         if mode not in modes and getattr(args, dest) != defaults[dest]:
             where = " and ".join(
-                f"bench --{m}" if m else "the throughput benchmark (no --build/--scale/--device)"
+                f"bench --{m}"
+                if m
+                else "the throughput benchmark (no --build/--scale/--device/--packing)"
                 for m in modes
             )
             raise ValueError(f"--{dest.replace('_', '-')} applies to {where} only")
@@ -355,6 +372,10 @@ def bench(args: argparse.Namespace) -> None:
             keep=args.keep,
             **common,
         )
+    elif args.packing:
+        from grainpack.bench import packing
+
+        packing.run_packing_benchmark(quick=args.quick, rounds=args.passes or 5, **common)
     elif args.device:
         from grainpack.bench import device
 

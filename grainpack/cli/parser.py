@@ -37,7 +37,8 @@ EPILOG = {
   grainpack bench --tokens 20000000 --json bench.json
   grainpack bench --build --megabytes 100     (text -> corpus against the tokenizer alone)
   grainpack bench --scale --directory /data/tmp --json scale.json
-  grainpack bench --device --json device.json     (an accelerator host's feed, batch 256)""",
+  grainpack bench --device --json device.json     (an accelerator host's feed, batch 256)
+  grainpack bench --packing --json packing.json   (concat, best_fit and Grain's best fit)""",
     "demo": "example:\n  grainpack demo --steps 500",
 }
 
@@ -75,7 +76,12 @@ def parser() -> argparse.ArgumentParser:
         "row), .jsonl(.gz) files of ids, a Megatron prefix or a flat-shard directory with "
         "index.json",
     )
-    p.add_argument("-o", "--output", required=True, help="corpus directory to write")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="corpus directory (or s3://, gs://, az:// URL) to write",
+    )
     p.add_argument(
         "--dtype",
         choices=["uint16", "uint32"],
@@ -142,7 +148,12 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("merge", "combine corpora into one without copying tokens (hard links)")
     p.add_argument("parts", nargs="+", help="native corpus directories, in document order")
-    p.add_argument("-o", "--output", required=True, help="corpus directory to write")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="corpus directory (or s3://, gs://, az:// URL) to write",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing corpus")
 
     corpus_path = (
@@ -214,7 +225,9 @@ def parser() -> argparse.ArgumentParser:
         "token)",
     )
     p.add_argument(
-        "--passes", type=_positive, help="timed passes per figure (default 5; --build: 2)"
+        "--passes",
+        type=_positive,
+        help="timed passes per figure (default 5; --build: 2; --packing: alternating rounds)",
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     p.add_argument("--json", help="also write the results to this JSON file")
@@ -248,6 +261,13 @@ def parser() -> argparse.ArgumentParser:
         help="instead: what this host feeds its accelerator at global batch 256: host only by "
         "workers, to the device with and without prefetch, gp.expand's time, PASS/FAIL "
         "checks (JAX's CPU device does too; --quick: a smoke test)",
+    )
+    p.add_argument(
+        "--packing",
+        action="store_true",
+        help="instead: concat against best_fit packing and Grain's BestFitPackIterDataset at "
+        "blocks 2048 and 8192: cut documents, padding, rows, throughput (its corpus in a "
+        "temporary folder under --directory, deleted afterwards; --quick: a smoke test)",
     )
 
     p = command("demo", "write the embedded two-language corpus and stream batches from it")
