@@ -1,45 +1,53 @@
-"""Best-fit packing with random access: no document that fits a row is ever cut (pure).
+"""Best-fit packing as a randomly addressable row stream: no document that fits a row is ever
+cut (pure).
 
 ``PipelineConfig(packing="best_fit")`` packs the documents of each *window* (a window of
-:class:`~grainpack.index.blocked.BlockedOrder`, or the whole epoch of the exact order) into
-rows of ``width = block + 1`` tokens:
+:class:`~grainpack.index.blocked.BlockedOrder`, or the whole epoch of the exact order) by
+best-fit decreasing (:func:`~grainpack.index.placement.pack_window`), its rows in the order
+of the key ``mix_key(seed, epoch, window, BEST_FIT_ROWS_STREAM)``. Epoch ``e`` is the rows of
+its windows ``0, 1, ...`` one after another; epochs follow each other.
 
-1. A document's *size* is its length plus its boundary token, if one is configured (every
-   document ends with it here: rows hold whole documents, not a stream).
-2. A document of ``size > width`` is cut into ``size // width`` full rows first (its head);
-   its tail of ``size % width`` tokens is a piece like any document that fits.
-3. The pieces, by size decreasing (ties in the window's order), are placed by best fit: into
-   the open row with the least room that holds the piece (ties: the row that got its current
-   room last), or a new row. A row with ``max_segments`` pieces is closed. No piece is cut.
-4. The rows (full ones, then best-fit ones in opening order) are put in the order of a keyed
-   hash, ``splitmix64(mix_key(seed, epoch, window, BEST_FIT_ROWS_STREAM) + row)``, so batches
-   are not sorted by length. A row's pieces lie in placement order; its end is padding.
+A window's row count depends on the sizes of its documents, known only by reading them and
+placing them, so rows are located from **anchors**: an anchor (:class:`Anchor`) is where a
+window's first row lies: its occurrence in the stream, its row in its epoch and the real
+tokens before it. The start of the stream is one. Walking forward from an anchor counts one
+window (``O(K*C log(K*C))``) and gives the next window's anchor; after an epoch's last window,
+the next epoch's first. So a run going forward counts each window once, as it packs it for its
+rows (cached; the next one packed ahead on the background thread once the rows asked for pass
+the middle of a window), and never counts an epoch at once. A checkpoint state carries each
+source's anchor (:meth:`BestFitRows.anchor_of` the source's first row of the batch before the
+step), so a restore counts one window. Without one (an older state, a far step asked for the
+first time) the walk starts from the nearest anchor known and is refused past
+``replay_limit`` documents, as replaying epochs is.
 
-Row ``r`` of an epoch is found from the epoch's per-window row counts (a prefix sum and a
-binary search), then in its window's packing, built in ``O(K*C log(K*C))`` and cached (the
-next one is packed on the background thread once the rows asked for pass the middle of a
-window). A window's row count depends on the sizes of its documents only, not on their order.
-
-Step 3 is a loop over the pieces (:func:`best_fit_rows`, bisect over a sorted list of the
-rooms of open rows); the pipeline passes numba's compiled twin
-(``grainpack.pipeline.compiled.best_fit``), which places the same pieces in the same rows.
+In the exact order without a selector every epoch has the same rows (the same sizes): rows
+are located by a division, as the concatenating stream's are.
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
+import contextlib
+import threading
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from grainpack.index.blocked import BlockedRows, _prefetcher, mix_key
-from grainpack.index.hashing import splitmix64_array
+from grainpack.index.placement import (
+    Kernel,
+    PackedWindow,
+    best_fit_rows,
+    count_rows,
+    pack_window,
+)
 from grainpack.index.plancache import PlanCache
 from grainpack.index.stream import EpochRows, SourceRows, Spans
 
 __all__ = [
     "BEST_FIT_ROWS_STREAM",
+    "Anchor",
     "BestFitRows",
     "PackedWindow",
     "best_fit_rows",
@@ -48,195 +56,30 @@ __all__ = [
 ]
 
 BEST_FIT_ROWS_STREAM = 0xBF17  # the last word of the key of a window's row order
-_CACHED = 3  # packed windows (the one before, the current one, the next one) and epoch tables
-
-# (sizes in placement order, width, max_segments or 0) -> (row of each piece, rows)
-Kernel = Callable[[np.ndarray, int, int], tuple[np.ndarray, int]]
+_CACHED = 3  # packed windows: the one before, the current one, the next one
 
 
-def best_fit_rows(sizes: np.ndarray, width: int, max_segments: int = 0) -> tuple[np.ndarray, int]:
-    """Best-fit placement of pieces, in the order given, into rows of ``width`` tokens.
+class Anchor(NamedTuple):
+    """Where window ``window`` of ``epoch`` starts: its first row is occurrence
+    ``occurrence`` of the stream and row ``row`` of its epoch, after ``tokens`` real tokens
+    of the stream. Anchors sort by (epoch, window), and so by occurrence."""
 
-    Each piece goes to the open row with the least room ``>= size``; among rows with the same
-    room, the one that got it last; else to a new row. Rows left with no room, or with
-    ``max_segments`` pieces (0: no limit), are closed.
-
-    Args:
-      sizes: int64 piece sizes in ``[1, width]``, in placement order (decreasing for
-        best-fit decreasing).
-      width: tokens per row.
-      max_segments: most pieces per row, 0 for no limit.
-
-    Returns:
-      ``(row, rows)``: the row (in opening order) of each piece, and the number of rows.
-
-    Example:
-      >>> best_fit_rows(np.array([6, 5, 4, 3, 2]), 10)[0].tolist()
-      [0, 1, 0, 1, 1]
-    """
-    row = np.empty(len(sizes), dtype=np.int64)
-    stacks: dict[int, list[int]] = {}  # room -> open rows with that room, last one on top
-    rooms: list[int] = []  # rooms that some open row has, sorted
-    pieces: list[int] = []  # per row, when max_segments is set
-    opened = 0
-    for i, size in enumerate(sizes.tolist()):
-        k = bisect.bisect_left(rooms, size)
-        if k == len(rooms):
-            r, room = opened, width - size
-            opened += 1
-            pieces.append(1)
-        else:
-            stack = stacks[rooms[k]]
-            r, room = stack.pop(), rooms[k] - size
-            if not stack:
-                del stacks[rooms[k]], rooms[k]
-            pieces[r] += 1
-        row[i] = r
-        if room > 0 and (max_segments == 0 or pieces[r] < max_segments):
-            stack = stacks.get(room)
-            if stack is None:
-                stack = stacks[room] = []
-                bisect.insort(rooms, room)
-            stack.append(r)
-    return row, opened
+    epoch: int
+    window: int
+    occurrence: int
+    row: int
+    tokens: int
 
 
-def _place(sizes: np.ndarray, width: int, max_segments: int, kernel: Kernel | None):
-    if kernel is None:
-        return best_fit_rows(sizes, width, max_segments)
-    row, rows = kernel(np.ascontiguousarray(sizes, dtype=np.int64), width, max_segments)
-    return row, int(rows)
+_START = Anchor(0, 0, 0, 0, 0)
 
 
-def count_rows(
-    lengths: np.ndarray,
-    *,
-    width: int,
-    boundary: bool,
-    max_segments: int | None = None,
-    kernel: Kernel | None = None,
-) -> tuple[int, int]:
-    """``(rows, tokens)`` of the best-fit packing of documents of these lengths (in any
-    order: the count depends on the sizes only).
-
-    Example:
-      >>> count_rows(np.array([3, 9, 4, 0]), width=5, boundary=True)  # sizes 4, 10, 5, 1
-      (4, 20)
-    """
-    sizes = np.asarray(lengths, dtype=np.int64) + int(boundary)
-    full, rest = np.divmod(sizes, width)
-    rest = np.sort(rest[rest > 0])[::-1]
-    return int(full.sum()) + _place(rest, width, max_segments or 0, kernel)[1], int(sizes.sum())
+def _occurrence(anchor: Anchor) -> int:
+    return anchor.occurrence
 
 
-@dataclasses.dataclass(frozen=True)
-class PackedWindow:
-    """The rows of one window, in their final order: row ``q`` holds pieces
-    ``[first[q], first[q + 1])``; piece ``i`` places ``length[i]`` tokens of ``document[i]``
-    from token ``start[i]`` at ``offset[i]`` of its row, then a boundary token if
-    ``boundary[i]``. ``filled[q]`` real tokens, then padding; ``tokens_before[q]``: real
-    tokens in rows ``< q``."""
-
-    first: np.ndarray
-    document: np.ndarray
-    start: np.ndarray
-    length: np.ndarray
-    offset: np.ndarray
-    boundary: np.ndarray
-    filled: np.ndarray
-    tokens_before: np.ndarray
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.filled)
-
-    def spans(self, rows: np.ndarray, requests: np.ndarray) -> dict[str, np.ndarray]:
-        """Span fields of rows ``rows`` of the window, requested as ``requests`` (the
-        :class:`~grainpack.index.stream.Spans` field ``row``), sorted by (request, offset)
-        when ``requests`` increase."""
-        lo, hi = self.first[rows], self.first[rows + 1]
-        counts = hi - lo
-        i = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
-        return {
-            "row": np.repeat(requests, counts),
-            "offset": self.offset[i],
-            "document": self.document[i],
-            "start": self.start[i],
-            "length": self.length[i],
-            "boundary": self.boundary[i],
-        }
-
-
-def pack_window(
-    documents: np.ndarray,
-    lengths: np.ndarray,
-    *,
-    width: int,
-    boundary: bool,
-    key: int,
-    max_segments: int | None = None,
-    kernel: Kernel | None = None,
-) -> PackedWindow:
-    """Packs one window's documents (given in the window's order) by best-fit decreasing.
-
-    Example:
-      >>> w = pack_window(np.array([7, 8, 9]), np.array([2, 11, 3]), width=5, boundary=True,
-      ...                 key=0)
-      >>> w.num_rows, w.filled.tolist(), int(w.tokens_before[-1])  # sizes 3, 12, 4
-      (4, [5, 5, 4, 5], 19)
-      >>> sorted(zip(w.document.tolist(), w.start.tolist(), w.length.tolist()))
-      [(7, 0, 2), (8, 0, 5), (8, 5, 5), (8, 10, 1), (9, 0, 3)]
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    documents = np.asarray(documents, dtype=np.int64)
-    sizes = lengths + int(boundary)
-    if not (sizes > 0).all():  # an empty document without a boundary token: no tokens
-        keep = sizes > 0
-        documents, lengths, sizes = documents[keep], lengths[keep], sizes[keep]
-    full, rest = np.divmod(sizes, width)
-    # full rows: pieces [j * width, (j + 1) * width) of the document's size
-    n_full = int(full.sum())
-    f_doc = np.repeat(np.arange(len(sizes)), full)
-    f_start = (np.arange(n_full) - np.repeat(np.cumsum(full) - full, full)) * width
-    f_end = f_start + width
-    # tails: what is left of each document, placed by size decreasing (ties: window order)
-    tails = np.flatnonzero(rest)
-    tails = tails[np.argsort(-rest[tails], kind="stable")]
-    t_row, n_fit = _place(rest[tails], width, max_segments or 0, kernel)
-    doc = np.concatenate([f_doc, tails])
-    start = np.concatenate([f_start, full[tails] * width])
-    end = np.concatenate([f_end, sizes[tails]])
-    row = np.concatenate([np.arange(n_full), n_full + t_row])
-    num_rows = n_full + n_fit
-    rank = splitmix64_array(np.arange(num_rows, dtype=np.uint64) + np.uint64(key))
-    position = np.empty(num_rows, dtype=np.int64)
-    position[np.argsort(rank, kind="stable")] = np.arange(num_rows)
-    final = position[row]
-    by_row = np.argsort(final, kind="stable")  # placement order inside a row
-    final, doc, start, end = final[by_row], doc[by_row], start[by_row], end[by_row]
-    size = end - start
-    first = np.searchsorted(final, np.arange(num_rows + 1))
-    before = np.cumsum(size) - size  # tokens of earlier pieces of the window
-    offset = before - before[first[:-1]][final]
-    tokens_before = np.append(before[first[:-1]], before[-1] + size[-1] if len(size) else 0)
-    ends_document = end == sizes[doc]
-    length = np.minimum(end, lengths[doc]) - start
-    return PackedWindow(
-        first=first,
-        document=documents[doc],
-        start=start,
-        length=length,
-        offset=offset,
-        boundary=ends_document if boundary else np.zeros(len(doc), dtype=bool),
-        filled=np.diff(tokens_before),
-        tokens_before=tokens_before,
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class _EpochTable:
-    rows: np.ndarray  # rows before each window, and in all (num_windows + 1)
-    tokens: np.ndarray  # real tokens before each window, and in all
+def _place(anchor: Anchor) -> tuple[int, int]:
+    return anchor.epoch, anchor.window
 
 
 class BestFitRows(EpochRows):
@@ -285,6 +128,17 @@ class BestFitRows(EpochRows):
         self._rows_per_epoch: int | None = None
         self._epoch_starts = np.zeros(1, dtype=np.int64)
         self._plans = PlanCache()
+        self._anchors = [_START]  # sorted; every window walked to or restored
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     @property
     def rows_per_epoch(self) -> int | None:  # type: ignore[override]
@@ -312,6 +166,14 @@ class BestFitRows(EpochRows):
     @property
     def epoch_items(self) -> int:
         return self.num_documents  # every document is packed, in either order
+
+    @property
+    def planned_epochs(self) -> int:
+        """Epochs before the furthest anchor known: locating past it counts windows."""
+        if self.rows_per_epoch is not None:
+            return super().planned_epochs
+        with self._lock:
+            return self._anchors[-1].epoch
 
     # -- windows, cached -------------------------------------------------------------------
 
@@ -345,36 +207,24 @@ class BestFitRows(EpochRows):
 
         return self._plans.get(("window", epoch, window), pack, _CACHED)
 
-    def _table(self, epoch: int) -> _EpochTable:
-        """Rows and real tokens before each window of ``epoch`` (counting packs every
-        window: ``O(N log(K*C))``; cached)."""
-
-        def count() -> _EpochTable:
-            rows = np.zeros(self.num_windows + 1, dtype=np.int64)
-            tokens = np.zeros(self.num_windows + 1, dtype=np.int64)
-            for w in range(self.num_windows):
-                if not self.blocked:
-                    packed = self.window(epoch, w)
-                    rows[w + 1], tokens[w + 1] = packed.num_rows, packed.tokens_before[-1]
-                    continue
-                rows[w + 1], tokens[w + 1] = count_rows(
-                    self._documents(epoch, w)[1],
-                    width=self.block + 1,
-                    boundary=self.boundary,
-                    max_segments=self.max_segments,
-                    kernel=self.kernel,
-                )
-            np.cumsum(rows, out=rows)
-            np.cumsum(tokens, out=tokens)
-            if rows[-1] == 0:
-                raise self._kept_nothing(epoch, self.seed)
-            return _EpochTable(rows, tokens)
-
-        return self._plans.get(("epoch", epoch), count, _CACHED)
+    def _count(self, anchor: Anchor, *, pack: bool) -> tuple[int, int]:
+        """``(rows, real tokens)`` of the anchor's window: from its packing when it is cached
+        or ``pack``, else counted (:func:`count_rows`: the same rows, no spans built)."""
+        epoch, window = anchor.epoch, anchor.window
+        if pack or ("window", epoch, window) in self._plans:
+            packed = self.window(epoch, window)
+            return packed.num_rows, int(packed.tokens_before[-1])
+        return count_rows(
+            self._documents(epoch, window)[1],
+            width=self.block + 1,
+            boundary=self.boundary,
+            max_segments=self.max_segments,
+            kernel=self.kernel,
+        )
 
     def _plan_ahead(self, epoch: int, window: int) -> None:
         """Packs the window after ``(epoch, window)`` on the background thread (blocked
-        order; after an epoch's last window, the next epoch's table and first window)."""
+        order; after an epoch's last window, the next epoch's first)."""
         if not (self.blocked and self.inner.plan_ahead):  # type: ignore[union-attr]
             return
         nxt = (epoch, window + 1) if window + 1 < self.num_windows else (epoch + 1, 0)
@@ -383,72 +233,218 @@ class BestFitRows(EpochRows):
         _prefetcher().submit(self._ahead, *nxt)
 
     def _ahead(self, epoch: int, window: int) -> None:
-        try:
-            if window == 0:
-                self._table(epoch)
+        with contextlib.suppress(Exception):  # raised again where the window is used
             self.window(epoch, window)
-        except Exception:  # raised again where the window is used, if it ever is
-            pass
+
+    # -- anchors -------------------------------------------------------------------------
+
+    def add_anchor(self, anchor: Anchor | tuple[int, ...]) -> None:
+        """Records where a window starts (an anchor a checkpoint state carried), so that
+        locating rows from it counts no earlier window.
+
+        Raises:
+          ValueError: the anchor is not five ints of a window of this stream, or disagrees
+            with one already known for its window.
+        """
+        values = tuple(anchor)
+        fine = len(values) == len(Anchor._fields) and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values
+        )
+        if fine:
+            anchor = Anchor(*values)
+            fine = anchor.window < self.num_windows and anchor.row <= anchor.occurrence
+        if not fine:
+            raise ValueError(
+                f"an anchor of source {self.name!r} must be {list(Anchor._fields)}: ints >= 0 "
+                f"with window < {self.num_windows} and row <= occurrence; got {list(values)}"
+            )
+        with self._lock:
+            k = bisect.bisect_left(self._anchors, _place(anchor), key=_place)
+            if k < len(self._anchors) and _place(self._anchors[k]) == _place(anchor):
+                if self._anchors[k] != anchor:
+                    raise ValueError(
+                        f"an anchor of source {self.name!r}, {list(anchor)}, disagrees with "
+                        f"the one counted for its window, {list(self._anchors[k])}"
+                    )
+                return
+            self._anchors.insert(k, anchor)
+
+    def anchor_of(self, occurrence: int) -> Anchor:
+        """The anchor of the window that holds row ``occurrence`` of the stream (counting
+        the windows from the nearest anchor known before it)."""
+        return self._window_of(occurrence)[0]
+
+    def _record(self, anchor: Anchor) -> Anchor:
+        with self._lock:
+            k = bisect.bisect_left(self._anchors, _place(anchor), key=_place)
+            if k == len(self._anchors) or _place(self._anchors[k]) != _place(anchor):
+                self._anchors.insert(k, anchor)
+        return anchor
+
+    def _walk(
+        self, start: Anchor, past: Callable[[Anchor, int], bool], target: str
+    ) -> tuple[Anchor, int]:
+        """From ``start``, the first window (its anchor and rows) that ``past`` is false for,
+        counting each window once and recording the anchors on the way. The first window is
+        packed (usually the one wanted), the others counted.
+
+        Raises:
+          ValueError: the walk passes ``replay_limit`` documents (``target`` says where to).
+        """
+        anchor, walked = start, 0
+        per_window = -(-self.num_documents // self.num_windows)
+        rows, tokens = self._count(anchor, pack=True)
+        while past(anchor, rows):
+            walked += per_window
+            if self.replay_limit is not None and walked > self.replay_limit:
+                source = "" if self.name is None else f" of source {self.name!r}"
+                raise ValueError(
+                    f"{target} of this stream{source} lies past window {anchor.window:,} of "
+                    f"epoch {anchor.epoch:,}: reaching it from the nearest position known "
+                    f"(window {start.window:,} of epoch {start.epoch:,}) packs every window in "
+                    f"between, over {self.replay_limit:,} documents (hours), which grainpack "
+                    "refuses. Restore from a state that carries the anchors (best_fit "
+                    "states written by this release do), or check the step (a corrupt "
+                    "checkpoint state?)"
+                )
+            if anchor.window + 1 < self.num_windows:
+                nxt = (anchor.epoch, anchor.window + 1, anchor.row + rows)
+            elif anchor.row + rows == 0:
+                raise self._kept_nothing(anchor.epoch, self.seed)
+            else:
+                nxt = (anchor.epoch + 1, 0, 0)
+            anchor = self._record(
+                Anchor(nxt[0], nxt[1], anchor.occurrence + rows, nxt[2], anchor.tokens + tokens)
+            )
+            rows, tokens = self._count(anchor, pack=False)
+        return anchor, rows
+
+    def _window_of(self, occurrence: int) -> tuple[Anchor, int]:
+        """The anchor and rows of the window holding row ``occurrence`` of the stream."""
+        with self._lock:
+            start = self._anchors[
+                bisect.bisect_right(self._anchors, occurrence, key=_occurrence) - 1
+            ]
+        return self._walk(
+            start, lambda a, rows: occurrence >= a.occurrence + rows, f"row {occurrence:,}"
+        )
+
+    def window_anchor(self, epoch: int, window: int) -> Anchor:
+        """The anchor of window ``window`` of ``epoch`` (counting the windows from the
+        nearest anchor known before it)."""
+        with self._lock:
+            start = self._anchors[
+                bisect.bisect_right(self._anchors, (epoch, window), key=_place) - 1
+            ]
+        return self._walk(
+            start, lambda a, rows: _place(a) < (epoch, window), f"window {window} of epoch {epoch}"
+        )[0]
+
+    def _origin(self, epoch: int) -> int:
+        """The occurrence of the first row of ``epoch``, from any anchor known in it."""
+        with self._lock:
+            k = bisect.bisect_left(self._anchors, (epoch, 0), key=_place)
+            known = self._anchors[k] if k < len(self._anchors) else None
+        if known is None or known.epoch != epoch:
+            known = self.window_anchor(epoch, 0)
+        return known.occurrence - known.row
 
     # -- the EpochRows interface ---------------------------------------------------------
 
+    def locate(self, occurrences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Maps occurrence indices to (epoch, row inside the epoch): a division when every
+        epoch has the same rows, else from the anchors, one window at a time."""
+        occurrences = np.asarray(occurrences, dtype=np.int64)
+        if self.rows_per_epoch is not None:
+            return super().locate(occurrences)
+        order = np.argsort(occurrences, kind="stable")
+        ordered = occurrences[order]
+        epochs, rows = np.empty_like(occurrences), np.empty_like(occurrences)
+        i = 0
+        while i < len(ordered):
+            anchor, count = self._window_of(int(ordered[i]))
+            j = int(np.searchsorted(ordered, anchor.occurrence + count))
+            epochs[order[i:j]] = anchor.epoch
+            rows[order[i:j]] = ordered[i:j] - (anchor.occurrence - anchor.row)
+            i = j
+        return epochs, rows
+
     def rows_in_epoch(self, epoch: int) -> int:
-        """Rows in ``epoch``."""
-        rows = self.rows_per_epoch
-        return int(self._table(epoch).rows[-1]) if rows is None else rows
+        """Rows in ``epoch`` (counting every window of it not counted yet)."""
+        if self.rows_per_epoch is not None:
+            return self.rows_per_epoch
+        if self.num_windows == 1:
+            rows = self.window(epoch, 0).num_rows
+            if rows == 0:
+                raise self._kept_nothing(epoch, self.seed)
+            return rows
+        return self.window_anchor(epoch + 1, 0).occurrence - self._origin(epoch)
+
+    def epoch_position(self, occurrence: int) -> tuple[int, float]:
+        """The epoch of row ``occurrence`` and how much of it lies before that row: with
+        windows of their own row counts (the blocked order), by windows,
+        ``(window + rows of the window before it / its rows) / windows``, which counts no
+        other window; else rows before it over the epoch's rows."""
+        if self.rows_per_epoch is not None or self.num_windows == 1:
+            return super().epoch_position(occurrence)
+        anchor, rows = self._window_of(occurrence)
+        within = (occurrence - anchor.occurrence) / rows
+        return anchor.epoch, (anchor.window + within) / self.num_windows
 
     def epoch_tokens(self, epoch: int) -> int:
         """Real (non-padding) tokens in ``epoch``: its documents and boundary tokens."""
         if self.inner.selector is None:
             return self.unselected_tokens
-        return int(self._table(epoch).tokens[-1])
+        if self.num_windows == 1:
+            return int(self.window(epoch, 0).tokens_before[-1])
+        return self.window_anchor(epoch + 1, 0).tokens - self.window_anchor(epoch, 0).tokens
 
     def real_tokens_before(self, occurrence: int) -> int:
         """Real tokens in the first ``occurrence`` rows of the stream."""
-        epochs, rows = self.locate(np.array([occurrence]))
-        epoch, row = int(epochs[0]), int(rows[0])
-        if self.inner.selector is None:
-            done = epoch * self.unselected_tokens
-        else:
-            done = sum(self.epoch_tokens(e) for e in range(epoch))
-        if row == 0:
-            return done
-        table = self._table(epoch)
-        w = int(np.searchsorted(table.rows, row, side="right")) - 1
-        within = row - int(table.rows[w])
-        return done + int(table.tokens[w]) + int(self.window(epoch, w).tokens_before[within])
+        if self.rows_per_epoch is not None:
+            epoch, row = divmod(occurrence, self.rows_per_epoch)
+            before = int(self.window(epoch, 0).tokens_before[row])
+            return epoch * self.unselected_tokens + before
+        anchor, _ = self._window_of(occurrence)
+        packed = self.window(anchor.epoch, anchor.window)
+        return anchor.tokens + int(packed.tokens_before[occurrence - anchor.occurrence])
 
     def spans(self, epoch: int, rows: np.ndarray) -> Spans:
         """Spans of rows ``rows`` of ``epoch``, sorted by (requested row, offset)."""
         rows = np.asarray(rows, dtype=np.int64)
-        n_rows = self.rows_in_epoch(epoch)
-        if len(rows) and (rows.min() < 0 or rows.max() >= n_rows):
-            raise IndexError(f"rows must lie in [0, {n_rows}); got {rows.min()}..{rows.max()}")
         if self.num_windows == 1:
-            windows = np.zeros(len(rows), dtype=np.int64)
-            starts = np.zeros(2, dtype=np.int64)
-        else:
-            starts = self._table(epoch).rows
-            windows = np.searchsorted(starts, rows, side="right") - 1
-        requests = np.arange(len(rows))
+            packed = self.window(epoch, 0)
+            if len(rows) and (rows.min() < 0 or rows.max() >= packed.num_rows):
+                raise IndexError(
+                    f"rows must lie in [0, {packed.num_rows}); got {rows.min()}..{rows.max()}"
+                )
+            return Spans(**packed.spans(rows, np.arange(len(rows))), filled=packed.filled[rows])
+        if len(rows) and rows.min() < 0:
+            raise IndexError(f"rows must be >= 0; got {rows.min()}")
+        occurrences = self._origin(epoch) + rows if len(rows) else rows
+        order = np.argsort(occurrences, kind="stable")
+        ordered = occurrences[order]
         filled = np.zeros(len(rows), dtype=np.int64)
         parts = []
-        for w in np.unique(windows).tolist():
-            mine = requests[windows == w] if self.num_windows > 1 else requests
-            local = rows[mine] - starts[w]
-            packed = self.window(epoch, w)
+        i = 0
+        while i < len(ordered):
+            anchor, count = self._window_of(int(ordered[i]))
+            if anchor.epoch != epoch:
+                raise IndexError(f"row {int(rows[order[i]]):,} is past the end of epoch {epoch}")
+            j = int(np.searchsorted(ordered, anchor.occurrence + count))
+            mine, local = order[i:j], ordered[i:j] - anchor.occurrence
+            packed = self.window(epoch, anchor.window)
             filled[mine] = packed.filled[local]
             parts.append(packed.spans(local, mine))
             if 2 * int(local.max()) >= packed.num_rows:  # past the middle: pack the next one
-                self._plan_ahead(epoch, w)
-        if len(parts) == 1:
-            merged = parts[0]
-        elif parts:
-            merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-            order = np.argsort(merged["row"], kind="stable")
-            merged = {k: v[order] for k, v in merged.items()}
-        else:
+                self._plan_ahead(epoch, anchor.window)
+            i = j
+        if not parts:
             empty = np.zeros(0, dtype=np.int64)
             merged = dict.fromkeys(("row", "offset", "document", "start", "length"), empty)
             merged["boundary"] = np.zeros(0, dtype=bool)
+        else:
+            merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+            by_row = np.argsort(merged["row"], kind="stable")  # a row's pieces stay in order
+            merged = {k: v[by_row] for k, v in merged.items()}
         return Spans(**merged, filled=filled)

@@ -189,6 +189,13 @@ class EpochRows:
         selector, reaching epoch ``e`` replays ``e`` such shuffles."""
         raise NotImplementedError
 
+    def epoch_position(self, occurrence: int) -> tuple[int, float]:
+        """The epoch of row ``occurrence`` of the stream and the fraction of that epoch's
+        rows before it."""
+        epochs, rows = self.locate(np.array([occurrence]))
+        epoch = int(epochs[0])
+        return epoch, int(rows[0]) / self.rows_in_epoch(epoch)
+
     def locate(self, occurrences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Maps occurrence indices to (epoch, row inside the epoch)."""
         occurrences = np.asarray(occurrences, dtype=np.int64)

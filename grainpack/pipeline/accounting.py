@@ -15,8 +15,6 @@ import math
 import warnings
 from typing import Any
 
-import numpy as np
-
 from grainpack.curriculum.protocols import Reports
 from grainpack.index.checks import check_bool, check_float, check_int
 from grainpack.index.schedule import MixtureSchedule, mean_probabilities
@@ -46,7 +44,10 @@ class SourceAccount:
       tokens: ``rows * (block + 1)``, padding included.
       real_tokens: non-padding tokens among them.
       epoch: the epoch its next row comes from (0-based).
-      epoch_fraction: fraction of that epoch already consumed.
+      epoch_fraction: fraction of that epoch already consumed: its rows before the next
+        one over its rows; under ``packing="best_fit"`` in the blocked order, whose epochs'
+        rows are known only by packing every window, by windows instead:
+        ``(window + its rows consumed / its rows) / windows``, exact at window starts.
       repeats: completed passes over the source (each pass after the first repeats data).
 
     Example:
@@ -124,8 +125,7 @@ def mixture_accounting(
     for j, name in enumerate(cfg.sources):
         rows = batches.rows(j)
         used = int(counts[j])
-        epochs, within = rows.locate(np.array([used]))
-        epoch, row = int(epochs[0]), int(within[0])
+        epoch, fraction = rows.epoch_position(used)
         out[name] = SourceAccount(
             name=name,
             target_share=targets[name],
@@ -134,7 +134,7 @@ def mixture_accounting(
             tokens=used * (cfg.block + 1),
             real_tokens=rows.real_tokens_before(used),
             epoch=epoch,
-            epoch_fraction=row / rows.rows_in_epoch(epoch),
+            epoch_fraction=fraction,
             repeats=epoch,
         )
     return out

@@ -33,6 +33,7 @@ from grainpack.curriculum.protocols import (
     bind_selector,
     online_revision,
 )
+from grainpack.index.bestfit import BestFitRows
 from grainpack.index.checks import check_int
 from grainpack.index.mixing import SlotMixer
 from grainpack.index.packed import PackedRows, Part, pack_rows
@@ -125,6 +126,10 @@ class PipelineBatches:
         # (slot, per-source counts before it), known from a restored state: the mixer's count
         # cache starts there, in this process and in every worker it is pickled to.
         self.anchor: tuple[int, tuple[int, ...]] | None = None
+        # best_fit in the blocked order: per source, the anchor (grainpack.index.bestfit.Anchor
+        # fields) of a window a restored state gave, where locating its rows starts (in this
+        # process and in every worker it is pickled to).
+        self.window_anchors: tuple[tuple[int, ...], ...] | None = None
 
     def warn_about_sources(self) -> None:
         """Warns (``UserWarning``) of sources recorded as tokenized by different tokenizers
@@ -218,6 +223,8 @@ class PipelineBatches:
             )
             if cfg.packing == "best_fit":  # the order's documents, packed whole
                 rows = best_fit_stream(rows, max_segments=cfg.max_segments)
+                if self.window_anchors is not None:
+                    rows.add_anchor(tuple(self.window_anchors[j]))
             rows.replay_limit = MAX_REPLAY_DOCUMENTS  # what one plan may replay
             self._rows[j] = rows
         return rows
@@ -254,6 +261,59 @@ class PipelineBatches:
         self.anchor, self._mixer = (slot, tuple(counts)), None
         try:
             self.mixer  # noqa: B018 (built now, so that bad counts raise here)
+        except BaseException:
+            undo()
+            raise
+        return undo
+
+    @property
+    def anchors_in_state(self) -> bool:
+        """Whether states carry window anchors: best-fit packing in an order whose states
+        carry counts (the blocked order), where a window's rows are known by packing it."""
+        cfg = self.config
+        return cfg.packing == "best_fit" and cfg.order.counts_in_state and self.evaluation is None
+
+    def window_anchors_at(self, step: int) -> tuple[tuple[int, ...], ...] | None:
+        """Per source, the anchor of the window holding its first row of batch
+        ``step - 1`` (of batch 0 at step 0): what a state of ``step`` carries, so that its
+        restore, which recomputes that batch, counts no earlier window. ``None`` unless
+        :attr:`anchors_in_state`."""
+        if not self.anchors_in_state:
+            return None
+        counts = self.mixer.counts_before(
+            first_slot(max(step - 1, 0), self.config.global_batch_size)
+        )
+        anchors = []
+        for j, count in enumerate(counts.tolist()):
+            rows = self.rows(j)
+            assert isinstance(rows, BestFitRows)  # anchors_in_state: packing="best_fit"
+            anchors.append(tuple(rows.anchor_of(count)))
+        return tuple(anchors)
+
+    def anchor_windows(self, anchors: Sequence[Sequence[int]]) -> Callable[[], None]:
+        """Starts locating each source's rows from its anchor in ``anchors`` (a restored
+        state's, trusted as counts are: the restore then verifies a batch located from
+        them); the row streams are built again. Returns a function that brings back the
+        previous streams and anchors.
+
+        Raises:
+            ValueError: not one anchor per source, or an anchor that is not one of a window.
+        """
+        names = list(self.config.sources)
+        if len(anchors) != len(names):
+            raise ValueError(
+                f"the state has {len(anchors)} window anchors for the {len(names)} sources "
+                f"{names}; one per source is expected"
+            )
+        previous = self.window_anchors, self._rows
+
+        def undo() -> None:
+            self.window_anchors, self._rows = previous
+
+        self.window_anchors, self._rows = tuple(tuple(a) for a in anchors), {}
+        try:
+            for j in range(len(names)):
+                self.rows(j)  # built now, so that a bad anchor raises here
         except BaseException:
             undo()
             raise
@@ -380,16 +440,16 @@ class PipelineBatches:
         return adapts_online(cfg.sequence_selector) or adapts_online(cfg.weights)
 
     def forget_plans(self) -> Callable[[], None]:
-        """Drops the cached epoch plans, mixer counts and anchor, computed again when next
+        """Drops the cached epoch plans, mixer counts and anchors, computed again when next
         needed: an online schedule restored to an earlier state (a rollback in the same
         process) may decide rounds they were computed from otherwise. Returns a function
         that brings them back."""
-        kept = self._rows, self._mixer, self.anchor, self._revision
+        kept = self._rows, self._mixer, self.anchor, self.window_anchors, self._revision
 
         def undo() -> None:
-            self._rows, self._mixer, self.anchor, self._revision = kept
+            self._rows, self._mixer, self.anchor, self.window_anchors, self._revision = kept
 
-        self._rows, self._mixer, self.anchor = {}, None, None
+        self._rows, self._mixer, self.anchor, self.window_anchors = {}, None, None, None
         cfg = self.config
         self._revision = online_revision(cfg.sequence_selector, cfg.weights)
         return undo

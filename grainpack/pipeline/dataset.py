@@ -194,6 +194,9 @@ class PipelineIterator(grain.DatasetIterator):
                 # (and incrementally: get_state counts them too), not each from slot 0
                 slot = first_slot(self._step, self._batches.config.global_batch_size)
                 self._batches.anchor_at(slot, self._batches.mixer.counts_before(slot))
+                anchors = self._batches.window_anchors_at(self._step)  # best_fit: windows
+                if anchors is not None:
+                    self._batches.anchor_windows(anchors)
             elements = PlannedSteps(
                 self._batches, self._step, self._options.process_index, as_bytes=workers > 0
             )
@@ -272,7 +275,8 @@ class PipelineIterator(grain.DatasetIterator):
         ``version``, ``step``, ``process_index``, ``process_count``, ``fingerprint`` (of
         the config and corpora) and ``digest`` (of the last batch, checked on restore).
         With a blocked order it also holds ``counts``, the rows each source gave before the
-        step (version 2), so a restore does not count every earlier slot. Last comes
+        step (version 2), and with ``packing="best_fit"`` the anchor of a window per source
+        (version 3), so a restore counts one window, not every earlier one. Last comes
         ``check``, a digest of all the other fields, so that a damaged field is refused.
         """
         return self.state_after(self._step, self._last)
@@ -296,6 +300,7 @@ class PipelineIterator(grain.DatasetIterator):
             fingerprint=batches.fingerprint,
             digest=0 if last is None else batch_digest(last),
             counts=counts,
+            anchors=batches.window_anchors_at(step),
         ).to_dict()
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -326,8 +331,9 @@ class PipelineIterator(grain.DatasetIterator):
                 f"{err} (Its check value does not match either: {damage.message}.)"
             ) from None
         damage = check_damage(state, names)
-        if damage is not None and damage.field in {"fingerprint", "process_count"}:
-            # a damaged field, not another config or layout: say so (and never accept it)
+        if damage is not None and damage.field in {"fingerprint", "process_count", "anchors"}:
+            # a damaged field, not another config or layout (or an anchor, whose restore
+            # may count far from it): say so (and never accept it)
             raise ValueError(f"corrupt grainpack iterator state: {damage.message}{_RESTORE}")
         try:
             undo = self._check(saved)
@@ -380,6 +386,11 @@ class PipelineIterator(grain.DatasetIterator):
                 except ValueError as err:
                     raise ValueError(f"corrupt grainpack iterator state: {err}") from None
                 self._recount(saved.counts, slot)
+            if saved.anchors is not None and same:  # best_fit: located from these windows
+                try:
+                    undo.append(batches.anchor_windows(saved.anchors))
+                except ValueError as err:
+                    raise ValueError(f"corrupt grainpack iterator state: {err}") from None
             batches.check_step(saved.step)  # a step beyond any run is refused before any work
             if saved.step == 0 and saved.digest:  # get_state gives 0 before the first batch
                 raise ValueError(

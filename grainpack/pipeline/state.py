@@ -1,14 +1,19 @@
 """``IteratorState``: the data state of a checkpoint (the global step plus identity checks).
 
-On disk (Grain's JSON, Orbax) it is a plain dict of ints, in one of two versions:
+On disk (Grain's JSON, Orbax) it is a plain dict of ints (and lists of them), in one of
+three versions:
 
 * version 1: ``version``, ``step``, ``process_index``, ``process_count``, ``fingerprint``
   (of the config and corpora) and ``digest`` (of the last batch, 0 before the first);
 * version 2 (an order whose ``counts_in_state``, the blocked order): the same and
   ``counts``, the rows each source gave before the step, so that a restore does not count
-  every earlier slot.
+  every earlier slot;
+* version 3 (``packing="best_fit"`` in such an order): the same and ``anchors``, per source
+  the five ints of a :class:`~grainpack.index.bestfit.Anchor` (epoch, window, occurrence,
+  row in the epoch, real tokens before) of the window holding its first row of the batch
+  before the step, so that a restore counts one window, not every earlier one.
 
-Either version ends with ``check``, a 63-bit digest of every other key and value
+Every version ends with ``check``, a 63-bit digest of every other key and value
 (:func:`state_check`), written since grainpack checks states; a state without it (written
 before) is still read. :meth:`IteratorState.from_dict` reads all of them and refuses
 anything else with what it found; :func:`check_damage` names the field whose value is not
@@ -29,6 +34,9 @@ from grainpack.pipeline.batches import FORMAT_VERSION, MAX_SLOT
 STATE_KEYS = ("version", "step", "process_index", "process_count", "fingerprint", "digest")
 COUNTED_STATE_KEYS = (*STATE_KEYS, "counts")
 COUNTED_STATE_VERSION = 2
+ANCHORED_STATE_KEYS = (*COUNTED_STATE_KEYS, "anchors")
+ANCHORED_STATE_VERSION = 3
+ANCHOR_FIELDS = 5  # grainpack.index.bestfit.Anchor: epoch, window, occurrence, row, tokens
 CHECK_KEY = "check"  # optional in both versions: states written before it are still read
 
 
@@ -42,7 +50,8 @@ class IteratorState:
       process_count: the processes of the run that saved it.
       fingerprint: 63-bit digest of the config and the corpora.
       digest: 63-bit digest of the batch before ``step`` (0 at step 0).
-      counts: rows each source gave before ``step`` (version 2), or ``None`` (version 1).
+      counts: rows each source gave before ``step`` (versions 2 and 3), or ``None``.
+      anchors: per source, the anchor of a window (version 3), or ``None``.
 
     Example:
       >>> state = IteratorState(step=3, process_index=0, process_count=1, fingerprint=7,
@@ -60,25 +69,30 @@ class IteratorState:
     fingerprint: int
     digest: int
     counts: tuple[int, ...] | None = None
+    anchors: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def version(self) -> int:
-        """2 with ``counts``, else 1."""
+        """3 with ``anchors``, 2 with ``counts`` only, else 1."""
+        if self.anchors is not None:
+            return ANCHORED_STATE_VERSION
         return FORMAT_VERSION if self.counts is None else COUNTED_STATE_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         """The on-disk form: a JSON-able dict of plain ints (keys in the order written since
-        version 1, then ``counts``, then ``check`` over all of them)."""
+        version 1, then ``counts``, ``anchors``, then ``check`` over all of them)."""
         state: dict[str, Any] = {"version": self.version}
         state.update((k, getattr(self, k)) for k in STATE_KEYS[1:])
         if self.counts is not None:
             state["counts"] = list(self.counts)
+        if self.anchors is not None:
+            state["anchors"] = [list(a) for a in self.anchors]
         state[CHECK_KEY] = state_check(state)
         return state
 
     @classmethod
     def from_dict(cls, state: Any) -> IteratorState:
-        """Reads a state of either version, as :meth:`to_dict` (or an older release) wrote it.
+        """Reads a state of any version, as :meth:`to_dict` (or an older release) wrote it.
 
         The check value is not compared here (:func:`check_damage` does): a restore first
         runs the checks that say what a wrong field means (another config, another batch).
@@ -97,26 +111,39 @@ class IteratorState:
         if not is_pipeline_state(state):
             raise ValueError(
                 f"not a grainpack iterator state: expected keys {sorted(STATE_KEYS)} (and "
-                f"'counts' from version {COUNTED_STATE_VERSION} on, and '{CHECK_KEY}'), got "
-                f"{state!r}"
+                f"'counts' from version {COUNTED_STATE_VERSION} on, 'anchors' in version "
+                f"{ANCHORED_STATE_VERSION}, and '{CHECK_KEY}'), got {state!r}"
             )
         counts = state.get("counts", [])
         bad = [k for k in (*STATE_KEYS, CHECK_KEY) if k in state and not is_int(state[k])]
         if not isinstance(counts, list) or not all(is_int(c) and c >= 0 for c in counts):
             bad.append("counts")
+        anchors = state.get("anchors", [])
+        if "anchors" in state and "counts" not in bad and not _anchors_fit(anchors, counts):
+            bad.append("anchors")
         if bad or state["step"] < 0 or not 0 <= state["process_index"] < state["process_count"]:
             raise ValueError(
                 f"corrupt grainpack iterator state {dict(state)!r}: every value must be an int "
-                "(counts: a list of ints >= 0), step >= 0 and 0 <= process_index < process_count"
+                "(counts: a list of ints >= 0; anchors: one list of "
+                f"{ANCHOR_FIELDS} ints >= 0 per count, its row <= its occurrence <= the "
+                "count), step >= 0 and 0 <= process_index < process_count"
                 f" (wrong: {', '.join(bad) or 'step or process_index'})"
             )
-        expected = COUNTED_STATE_VERSION if "counts" in state else FORMAT_VERSION
-        if state["version"] in {FORMAT_VERSION, COUNTED_STATE_VERSION} - {expected}:
-            has = "has" if state["version"] == COUNTED_STATE_VERSION else "has no"
+        expected = FORMAT_VERSION
+        if "counts" in state:
+            expected = ANCHORED_STATE_VERSION if "anchors" in state else COUNTED_STATE_VERSION
+        known = {FORMAT_VERSION, COUNTED_STATE_VERSION, ANCHORED_STATE_VERSION}
+        if state["version"] in known - {expected}:
+            keys = {
+                FORMAT_VERSION: "no 'counts'",
+                COUNTED_STATE_VERSION: "'counts' and no 'anchors'",
+                ANCHORED_STATE_VERSION: "'counts' and 'anchors'",
+            }
             raise ValueError(
                 f"corrupt grainpack iterator state {dict(state)!r}: a version "
-                f"{state['version']} state {has} 'counts' (the state was edited or cut); "
-                "restore from the state get_state returned"
+                f"{state['version']} state has {keys[state['version']]}, this one "
+                f"{keys[expected]} (the state was edited or cut); restore from the state "
+                "get_state returned"
             )
         if state["version"] != expected:
             raise ValueError(
@@ -132,7 +159,26 @@ class IteratorState:
         return cls(
             **{k: int(state[k]) for k in STATE_KEYS[1:]},
             counts=tuple(int(c) for c in counts) if "counts" in state else None,
+            anchors=tuple(tuple(int(v) for v in a) for a in anchors)
+            if "anchors" in state
+            else None,
         )
+
+
+def _anchors_fit(anchors: Any, counts: list[int]) -> bool:
+    """Whether ``anchors`` is one list of ``ANCHOR_FIELDS`` ints >= 0 per count, its row
+    at most its occurrence, its occurrence at most the count (the rows the source gave)."""
+    return (
+        isinstance(anchors, list)
+        and len(anchors) == len(counts)
+        and all(
+            isinstance(a, list)
+            and len(a) == ANCHOR_FIELDS
+            and all(is_int(v) and v >= 0 for v in a)
+            and a[3] <= a[2] <= c
+            for a, c in zip(anchors, counts)
+        )
+    )
 
 
 def is_pipeline_state(state: Any) -> bool:
@@ -146,7 +192,7 @@ def is_pipeline_state(state: Any) -> bool:
     if not isinstance(state, Mapping):
         return False
     keys = set(state) - {CHECK_KEY}
-    return keys in (set(STATE_KEYS), set(COUNTED_STATE_KEYS))
+    return keys in (set(STATE_KEYS), set(COUNTED_STATE_KEYS), set(ANCHORED_STATE_KEYS))
 
 
 def state_check(state: Mapping[str, Any]) -> int:
@@ -175,7 +221,7 @@ def check_damage(state: Mapping[str, Any], names: Sequence[str] = ()) -> Damage 
     """``None`` when ``state`` has no check value (written before it) or its check value is
     that of its fields; else what is wrong, naming the field where one bit or one decimal
     digit of one value (or of the check value) explains the difference, and the value it
-    had when it was saved. ``names`` names the sources of ``counts``.
+    had when it was saved. ``names`` names the sources of ``counts`` and ``anchors``.
 
     Example:
       >>> saved = IteratorState(3, 0, 1, 7, 9).to_dict()
@@ -192,14 +238,22 @@ def check_damage(state: Mapping[str, Any], names: Sequence[str] = ()) -> Damage 
             edited = dict(state)
             if index is None:
                 edited[field] = candidate
-            else:
+            elif field == "counts":
                 edited[field] = [*state[field][:index], candidate, *state[field][index + 1 :]]
+            else:  # anchors[source][k]
+                anchors = [list(a) for a in state[field]]
+                anchors[index // ANCHOR_FIELDS][index % ANCHOR_FIELDS] = candidate
+                edited[field] = anchors
             if state_check(edited) != expected:
                 continue
             where = repr(field)
-            if index is not None:
+            if field == "counts":
                 name = names[index] if index < len(names) else index
                 where = f"{field}[{index}] (source {name!r})"
+            elif index is not None:
+                j, k = divmod(index, ANCHOR_FIELDS)
+                name = names[j] if j < len(names) else j
+                where = f"{field}[{j}][{k}] ({_ANCHOR_NAMES[k]} of source {name!r})"
             return Damage(
                 field,
                 f"field {where} is {value}, but the check value was computed with {candidate} "
@@ -216,12 +270,20 @@ def check_damage(state: Mapping[str, Any], names: Sequence[str] = ()) -> Damage 
     )
 
 
+_ANCHOR_NAMES = ("epoch", "window", "occurrence", "row", "tokens")
+
+
 def _values(state: Mapping[str, Any]) -> Iterator[tuple[str, int | None, int]]:
-    """``(field, index in counts or None, value)`` for every int of ``state`` but the check."""
-    for key in (*STATE_KEYS, "counts"):
+    """``(field, index in counts, in the flattened anchors or None, value)`` for every int
+    of ``state`` but the check."""
+    for key in (*STATE_KEYS, "counts", "anchors"):
         if key == "counts":
             for i, c in enumerate(state.get("counts", [])):
                 yield key, i, c
+        elif key == "anchors":
+            for j, anchor in enumerate(state.get("anchors", [])):
+                for k, v in enumerate(anchor):
+                    yield key, j * ANCHOR_FIELDS + k, v
         else:
             yield key, None, state[key]
 

@@ -109,7 +109,7 @@ def test_rows_of_an_epoch_are_in_a_keyed_order_not_by_length():
 def test_row_count_depends_on_the_sizes_only():
     lengths = lengths_of(500, seed=4)
     rows = stream("exact", lengths, block=31, boundary=True, max_segments=2)
-    assert rows.rows_per_epoch == rows._table(0).rows[-1] == rows._table(3).rows[-1]
+    assert rows.rows_per_epoch == rows.rows_in_epoch(0) == rows.window(3, 0).num_rows
     shuffled = np.random.default_rng(0).permutation(lengths)
     assert count_rows(shuffled, width=32, boundary=True, max_segments=2)[0] == rows.rows_per_epoch
 
@@ -117,19 +117,21 @@ def test_row_count_depends_on_the_sizes_only():
 def test_blocked_rows_are_located_from_per_window_row_counts():
     lengths = lengths_of(300, seed=5)
     rows = stream("blocked", lengths, block=31, boundary=True)
-    table = rows._table(0)
-    assert rows.num_windows == 10 and len(table.rows) == 11
+    anchors = [rows.window_anchor(0, w) for w in range(rows.num_windows)]
+    assert rows.num_windows == 10 and [a.row for a in anchors] == [a.occurrence for a in anchors]
     n = rows.rows_in_epoch(0)
     whole = rows.spans(0, np.arange(n))
-    picked = np.array([n - 1, 0, int(table.rows[3]), int(table.rows[3]) - 1, 17])
+    third = anchors[3]
+    picked = np.array([n - 1, 0, third.row, third.row - 1, 17])
     some = rows.spans(0, picked)  # any rows, in any order: the same spans
     for k, r in enumerate(picked.tolist()):
         a, b = whole.row == r, some.row == k
         for field in ("offset", "document", "start", "length", "boundary"):
             assert np.array_equal(getattr(whole, field)[a], getattr(some, field)[b])
-    assert rows.real_tokens_before(int(table.rows[3]) + 2) == int(
-        table.tokens[3] + whole.filled[table.rows[3] : table.rows[3] + 2].sum()
+    assert rows.real_tokens_before(third.row + 2) == int(
+        third.tokens + whole.filled[third.row : third.row + 2].sum()
     )
+    assert third.tokens == int(whole.filled[: third.row].sum())
 
 
 def test_best_fit_places_pieces_exactly():

@@ -116,11 +116,12 @@ def boundaries(cfg) -> dict[str, int]:
     """Steps that start mid-window, exactly at a window boundary (the first such one in
     epochs 0..2) and at the step holding source en's first epoch boundary."""
     rows = PipelineBatches(cfg).rows(0)
-    size, starts, before = cfg.global_batch_size, [], 0
-    for epoch in range(3):
-        table = rows._table(epoch).rows
-        starts += [before + int(r) for r in table[1:-1]]
-        before += int(table[-1])
+    size = cfg.global_batch_size
+    starts = [
+        rows.window_anchor(epoch, w).occurrence
+        for epoch in range(3)
+        for w in range(1, rows.num_windows)
+    ]
     window = next(r // size for r in starts if r % size == 0)
     inside = (starts[2] + starts[3]) // 2
     return {"mid-window": inside // size, "window": window, "epoch": rows.rows_in_epoch(0) // size}
