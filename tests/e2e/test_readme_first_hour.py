@@ -78,4 +78,4 @@ def test_the_notebooks_run_headless_as_the_readme_says():
     )
     assert collected.returncode == 0, collected.stdout + collected.stderr
     notebooks = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
-    assert len(notebooks) == 4 and all(f"notebooks/{n}" in collected.stdout for n in notebooks)
+    assert len(notebooks) == 5 and all(f"notebooks/{n}" in collected.stdout for n in notebooks)
