@@ -76,7 +76,12 @@ def parser() -> argparse.ArgumentParser:
         "row), .jsonl(.gz) files of ids, a Megatron prefix or a flat-shard directory with "
         "index.json",
     )
-    p.add_argument("-o", "--output", required=True, help="corpus directory to write")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="corpus directory (or s3://, gs://, az:// URL) to write",
+    )
     p.add_argument(
         "--dtype",
         choices=["uint16", "uint32"],
@@ -143,7 +148,12 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("merge", "combine corpora into one without copying tokens (hard links)")
     p.add_argument("parts", nargs="+", help="native corpus directories, in document order")
-    p.add_argument("-o", "--output", required=True, help="corpus directory to write")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="corpus directory (or s3://, gs://, az:// URL) to write",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing corpus")
 
     corpus_path = (

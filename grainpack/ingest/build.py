@@ -39,6 +39,7 @@ import tqdm
 from grainpack.corpus.errors import CorpusExistsError, os_error
 from grainpack.corpus.native import MANIFEST_NAME, MAX_TOKEN_ID, plain_int, read_manifest
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.urls import output_url
 from grainpack.index.checks import check_seed
 from grainpack.index.options import OptionError
 from grainpack.ingest.merge import merge_corpora
@@ -46,6 +47,7 @@ from grainpack.ingest.shuffled import write_shuffled
 from grainpack.ingest.text import TextSlice, describe_slice, find_inputs, plan_parts, read_documents
 from grainpack.ingest.tokenizers import Tokenizer, load_tokenizer
 from grainpack.ingest.transaction import check_target, write_lock, write_synced
+from grainpack.ingest.upload import write_to_url
 from grainpack.ingest.writer import CorpusWriter
 from grainpack.processes import exit_with_parent, importing_main_in_a_child, starting_children
 
@@ -444,7 +446,9 @@ def build_corpus(
     Args:
         inputs: Files, directories or glob patterns: ``.jsonl``, ``.jsonl.gz``,
             ``.jsonl.zst``, ``.parquet``, ``.txt`` (``.gz``, ``.zst``).
-        out: The corpus directory.
+        out: The corpus directory, or a bucket's URL (``s3://``, ``gs://``, ``az://``):
+            built in its staging folder (a killed build resumes from the parts kept there),
+            then published (:func:`~grainpack.ingest.upload.write_to_url`).
         tokenizer: A :class:`~grainpack.ingest.tokenizers.Tokenizer` or a spec for
             :func:`~grainpack.ingest.tokenizers.load_tokenizer` (``"bytes"``,
             ``"tokenizer.json"``, ``"spm.model"``, ``"ranks.tiktoken"``).
@@ -482,6 +486,16 @@ def build_corpus(
         >>> [doc.tolist() for doc in src]
         [[195, 169], [104, 105]]
     """
+    if (url := output_url(out, "build_corpus")) is not None:  # staged here, then uploaded
+        options = dict(tokenizer=tokenizer, field=field, lines=lines, eos=eos, dtype=dtype)
+        options.update(workers=workers, part_bytes=part_bytes, shard_tokens=shard_tokens)
+        options.update(progress=progress, shuffle=shuffle, overwrite=True)
+        return write_to_url(
+            url,
+            lambda staged: build_corpus(inputs, staged, **options),  # type: ignore[arg-type]
+            overwrite=overwrite,
+            what="build_corpus",
+        )
     workers = (os.cpu_count() or 1) if workers is None else workers
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int or None, got {workers=}")

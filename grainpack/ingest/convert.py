@@ -22,10 +22,12 @@ import tqdm
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import plain_int
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.urls import output_url
 from grainpack.index.checks import check_seed
 from grainpack.index.options import OptionError
 from grainpack.ingest.shuffled import write_shuffled
 from grainpack.ingest.text import json_problem, load_json, repeated_key
+from grainpack.ingest.upload import write_to_url
 from grainpack.ingest.writer import CorpusWriter, copy_dtype, open_to_copy
 
 __all__ = ["convert_corpus", "convert_inputs", "convert_jsonl", "convert_npy", "splits_at_eos"]
@@ -354,7 +356,8 @@ def convert_inputs(
 
     Args:
         inputs: Files or directories of one kind, in document order.
-        out: Output corpus directory.
+        out: Output corpus directory, or a bucket's URL (staged, then published:
+            :func:`~grainpack.ingest.upload.write_to_url`).
         field: The key of the ids when JSON lines are objects.
         dtype, vocab_size, eos_id, shard_tokens, overwrite, progress: As for the converter.
         shuffle: If given, the seed of a random order the documents are stored in (converted
@@ -379,6 +382,15 @@ def convert_inputs(
         >>> [x.tolist() for x in convert_inputs(f"{d}/a.jsonl", f"{d}/j", shuffle=0)]
         [[7], [5, 6]]
     """
+    if (url := output_url(out, "convert_inputs")) is not None:  # staged here, then uploaded
+        options = dict(field=field, dtype=dtype, vocab_size=vocab_size, eos_id=eos_id)
+        options.update(shard_tokens=shard_tokens, progress=progress, shuffle=shuffle)
+        return write_to_url(
+            url,
+            lambda staged: convert_inputs(inputs, staged, overwrite=True, **options),  # type: ignore[arg-type]
+            overwrite=overwrite,
+            what="convert_inputs",
+        )
     shuffle = None if shuffle is None else check_seed("shuffle", plain_int(shuffle))
     items = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
     files = _token_files([Path(p) for p in items])

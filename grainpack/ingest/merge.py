@@ -18,8 +18,9 @@ from grainpack.corpus.native import FORMAT_VERSION, MANIFEST_NAME, read_manifest
 from grainpack.corpus.shards import FileIdentity, check_offsets
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, shard_totals
-from grainpack.corpus.urls import refuse_url_output
+from grainpack.corpus.urls import output_url
 from grainpack.ingest.transaction import Transaction
+from grainpack.ingest.upload import write_to_url
 
 __all__ = ["merge_corpora"]
 
@@ -49,7 +50,9 @@ def merge_corpora(
 
     Args:
         parts: Native corpus directories, in the order their documents are concatenated.
-        out: Output corpus directory, on the parts' filesystem.
+        out: Output corpus directory, on the parts' filesystem; or a bucket's URL
+            (``s3://``, ``gs://``, ``az://``): merged in a staging folder on the parts' file
+            system, then uploaded (:func:`~grainpack.ingest.upload.write_to_url`).
         overwrite: Replace a complete corpus at ``out``.
 
     Returns:
@@ -72,7 +75,14 @@ def merge_corpora(
     """
     if isinstance(parts, str | os.PathLike) or not parts:
         raise ValueError(f"parts must be a non-empty list of corpus directories, got {parts!r}")
-    refuse_url_output(out, "merge_corpora")
+    if (url := output_url(out, "merge_corpora")) is not None:  # staged here, then uploaded
+        return write_to_url(
+            url,
+            lambda staged: merge_corpora(parts, staged, overwrite=True),
+            overwrite=overwrite,
+            what="merge_corpora",
+            near=parts[0],  # hard links: staged on the parts' file system
+        )
     out = Path(out)
     paths = [Path(p) for p in parts]
     manifests, sources = [], []

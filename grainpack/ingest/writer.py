@@ -42,12 +42,13 @@ from grainpack.corpus.native import (
 )
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS, ShardSummary
-from grainpack.corpus.urls import refuse_url_output
+from grainpack.corpus.urls import output_url, refuse_url_output
 from grainpack.corpus.verify import verify_corpus
 from grainpack.index.blocked import feistel, mix_key
 from grainpack.index.checks import check_seed, is_int
 from grainpack.index.options import OptionError
 from grainpack.ingest.transaction import Transaction, check_target
+from grainpack.ingest.upload import write_to_url
 
 __all__ = ["CorpusWriter", "shuffle_corpus", "shuffled_order", "write_corpus"]
 
@@ -547,7 +548,9 @@ def write_corpus(
     stays in place until the new one is complete.
 
     Args:
-        path: Output directory (as :class:`CorpusWriter`'s ``path``).
+        path: Output directory (as :class:`CorpusWriter`'s ``path``), or a bucket's URL
+            (``s3://``, ``gs://``, ``az://``): staged locally, then published
+            (:func:`~grainpack.ingest.upload.write_to_url`).
         documents: Iterable of 1-D integer sequences (lists, numpy arrays), one per document;
             empty ones are stored.
         dtype: ``"uint16"``, ``"uint32"`` or ``None`` (``"uint32"`` when ``vocab_size``
@@ -579,6 +582,14 @@ def write_corpus(
         raise TypeError(
             f"documents must be an iterable of documents (lists or 1-D arrays of token ids), "
             f"got {type(documents).__name__}; for one document pass [ids]"
+        )
+    if (url := output_url(path, "write_corpus")) is not None:  # staged here, then uploaded
+        local = {**options, "overwrite": True}
+        return write_to_url(
+            url,
+            lambda staged: write_corpus(staged, documents, **local),  # type: ignore[arg-type]
+            overwrite=overwrite,
+            what="write_corpus",
         )
     with CorpusWriter(path, **options) as writer:  # type: ignore[arg-type]
         for doc in documents:

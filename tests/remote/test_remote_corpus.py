@@ -295,13 +295,6 @@ def test_verify_finds_a_token_object_changed_behind_the_manifest(corpora):
         gp.verify_corpus(url)
 
 
-def test_writing_to_a_url_is_refused_with_what_to_do(tmp_path):
-    with pytest.raises(ValueError, match=r"not supported yet.*manifest\.json last"):
-        gp.write_corpus("s3://bucket/out", [[1, 2]])
-    with pytest.raises(ValueError, match="not supported yet"):
-        gp.ingest.merge_corpora([str(tmp_path)], "gs://bucket/out")
-
-
 def test_the_cli_reads_urls(corpora, capsys):
     from grainpack.cli.main import main
 
@@ -319,10 +312,3 @@ def test_documents_written_with_file_urls_read_as_local_paths(tmp_path):
     gp.write_corpus(tmp_path / "c", documents(3, 20, 50))
     source = gp.open_corpus(f"file://{tmp_path}/c")
     assert type(source).__name__ == "TokenShardSource" and len(source) == 20
-
-
-def test_building_to_a_url_is_refused_before_any_work(tmp_path):
-    (tmp_path / "a.txt").write_text("some text\n")
-    with pytest.raises(ValueError, match="not supported yet"):
-        gp.ingest.build_corpus([tmp_path / "a.txt"], "az://container/out", tokenizer="bytes")
-    assert not Path("az:").exists()

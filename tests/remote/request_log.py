@@ -1,0 +1,49 @@
+"""The test S3 server's request log: the lines its HTTP server (werkzeug, in this process)
+logs for each request it answers, whichever process sent it."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_LINE = re.compile(r'"([A-Z]+) (\S+) HTTP/[\d.]+" (\d{3})')
+
+
+class RequestLog(logging.Handler):
+    """Collects ``(method, path, status)`` of every request the server answers."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.requests: list[tuple[str, str, int]] = []
+        self._guard = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = _LINE.search(record.getMessage())
+        if found:
+            with self._guard:
+                self.requests.append((found[1], found[2], int(found[3])))
+
+    def count(self, method: str, prefix: str) -> int:
+        """Successful (2xx) requests of ``method`` on paths under ``/prefix``."""
+        with self._guard:
+            return sum(
+                m == method and p.startswith(f"/{prefix}") and 200 <= s < 300
+                for m, p, s in self.requests
+            )
+
+
+@contextmanager
+def request_log() -> Iterator[RequestLog]:
+    """The server's request log while the block runs."""
+    logger = logging.getLogger("werkzeug")
+    handler, level = RequestLog(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
