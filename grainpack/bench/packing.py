@@ -12,8 +12,9 @@ a row of 2049), clipped to [8, 32768], a boundary token each. At each block (204
   exact order, ``best_fit`` in the blocked order (windows of K·C documents) and the exact
   order (one window: the epoch).
 * Grain: the same pieces (the tails left after the full rows of documents longer than a
-  row, as ``best_fit`` cuts them) through ``grain.experimental.BestFitPackIterDataset``
-  with ``grain_bins`` open rows: padding and documents placed a second.
+  row, as ``best_fit`` cuts them) of the first ``grain_documents`` documents through
+  ``grain.experimental.BestFitPackIterDataset`` with ``grain_bins`` open rows: padding and
+  documents placed a second; and ``best_fit`` (K·C = 4,096) on the same documents.
 * throughput: ``make_dataset`` end to end (plans, reads, model arrays) on a page-cached
   corpus written to a temporary folder, blocked order K·C = 4,096, 32 rows a batch; one
   iterator per packing, warmed up, then ``rounds`` rounds of ``steps`` batches each,
@@ -286,9 +287,14 @@ def run_packing_benchmark(
         for window in WINDOWS:
             rows.append({"block": block, "packing": "best_fit", "window": window})
             rows[-1] |= packing_metrics(lengths, block=block, packing="best_fit", window=window)
-        rows.append({"block": block, "packing": "grain", "window": None})
         grain_lengths = lengths[: sizes["grain_documents"]]
+        rows.append({"block": block, "packing": "grain", "window": None})
         rows[-1] |= grain_best_fit(grain_lengths, block=block, bins=grain_bins)
+        same = {"block": block, "packing": "best_fit", "window": WINDOWS[0]}  # Grain's documents
+        rows.append(same | {"documents": len(grain_lengths)})
+        rows[-1] |= packing_metrics(
+            grain_lengths, block=block, packing="best_fit", window=WINDOWS[0]
+        )
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         write_corpus(f"{tmp}/web", sizes["corpus_documents"])
         for block in BLOCKS:
@@ -308,7 +314,8 @@ def _packer(row: dict[str, Any], bins: int) -> str:
     if row["packing"] == "concat":
         return "concat (exact order)"
     window = row["window"]
-    return "best_fit, exact order" if window is None else f"best_fit, K·C = {window:,}"
+    name = "best_fit, exact order" if window is None else f"best_fit, K·C = {window:,}"
+    return name if "documents" not in row else f"{name}, Grain's {row['documents']:,} documents"
 
 
 def format_packing_table(results: dict[str, Any]) -> str:
