@@ -207,9 +207,21 @@ class BestFitRows(EpochRows):
 
         return self._plans.get(("window", epoch, window), pack, _CACHED)
 
+    def _after(self, epoch: int, window: int) -> tuple[int, int]:
+        """The window after ``(epoch, window)``: the next one, or the next epoch's first."""
+        if window + 1 < self.num_windows:
+            return epoch, window + 1
+        return epoch + 1, 0
+
     def _count(self, anchor: Anchor, *, pack: bool) -> tuple[int, int]:
-        """``(rows, real tokens)`` of the anchor's window: from its packing when it is cached
-        or ``pack``, else counted (:func:`count_rows`: the same rows, no spans built)."""
+        """``(rows, real tokens)`` of the anchor's window: from the next window's anchor when
+        it is known, from its packing when it is cached or ``pack``, else counted
+        (:func:`count_rows`: the same rows, no spans built)."""
+        with self._lock:
+            k = bisect.bisect_right(self._anchors, _place(anchor), key=_place)
+            after = self._anchors[k] if k < len(self._anchors) else None
+        if after is not None and _place(after) == self._after(*_place(anchor)):
+            return after.occurrence - anchor.occurrence, after.tokens - anchor.tokens
         epoch, window = anchor.epoch, anchor.window
         if pack or ("window", epoch, window) in self._plans:
             packed = self.window(epoch, window)
@@ -227,7 +239,7 @@ class BestFitRows(EpochRows):
         order; after an epoch's last window, the next epoch's first)."""
         if not (self.blocked and self.inner.plan_ahead):  # type: ignore[union-attr]
             return
-        nxt = (epoch, window + 1) if window + 1 < self.num_windows else (epoch + 1, 0)
+        nxt = self._after(epoch, window)
         if ("window", *nxt) in self._plans:
             return
         _prefetcher().submit(self._ahead, *nxt)
@@ -285,38 +297,38 @@ class BestFitRows(EpochRows):
         self, start: Anchor, past: Callable[[Anchor, int], bool], target: str
     ) -> tuple[Anchor, int]:
         """From ``start``, the first window (its anchor and rows) that ``past`` is false for,
-        counting each window once and recording the anchors on the way. The first window is
-        packed (usually the one wanted), the others counted.
+        counting each window once and recording the anchors on the way. The first two
+        windows are packed (the one wanted when running forward or restoring), the others
+        counted only.
 
         Raises:
           ValueError: the walk passes ``replay_limit`` documents (``target`` says where to).
         """
-        anchor, walked = start, 0
+        anchor, steps = start, 0
         per_window = -(-self.num_documents // self.num_windows)
         rows, tokens = self._count(anchor, pack=True)
         while past(anchor, rows):
-            walked += per_window
+            steps += 1
+            walked = steps * per_window
             if self.replay_limit is not None and walked > self.replay_limit:
                 source = "" if self.name is None else f" of source {self.name!r}"
                 raise ValueError(
                     f"{target} of this stream{source} lies past window {anchor.window:,} of "
                     f"epoch {anchor.epoch:,}: reaching it from the nearest position known "
                     f"(window {start.window:,} of epoch {start.epoch:,}) packs every window in "
-                    f"between, over {self.replay_limit:,} documents (hours), which grainpack "
+                    f"between, over {self.replay_limit:,} documents, which grainpack "
                     "refuses. Restore from a state that carries the anchors (best_fit "
                     "states written by this release do), or check the step (a corrupt "
                     "checkpoint state?)"
                 )
-            if anchor.window + 1 < self.num_windows:
-                nxt = (anchor.epoch, anchor.window + 1, anchor.row + rows)
-            elif anchor.row + rows == 0:
+            epoch, window = self._after(*_place(anchor))
+            if epoch > anchor.epoch and anchor.row + rows == 0:
                 raise self._kept_nothing(anchor.epoch, self.seed)
-            else:
-                nxt = (anchor.epoch + 1, 0, 0)
+            row = anchor.row + rows if epoch == anchor.epoch else 0
             anchor = self._record(
-                Anchor(nxt[0], nxt[1], anchor.occurrence + rows, nxt[2], anchor.tokens + tokens)
+                Anchor(epoch, window, anchor.occurrence + rows, row, anchor.tokens + tokens)
             )
-            rows, tokens = self._count(anchor, pack=False)
+            rows, tokens = self._count(anchor, pack=steps == 1)
         return anchor, rows
 
     def _window_of(self, occurrence: int) -> tuple[Anchor, int]:

@@ -3,6 +3,8 @@ that fits a row cut, max_segments, row counts from sizes only, and exact pinned 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -170,3 +172,41 @@ def test_best_fit_needs_the_documents_unit():
     inner = SourceRows(np.array([5, 6]), unit="windows", block=3, seed=0)
     with pytest.raises(ValueError, match="unit='documents'"):
         BestFitRows(inner)
+
+
+def test_walking_forward_across_epochs_counts_one_window_at_a_time():
+    lengths = lengths_of(300, seed=5)
+    rows = stream("blocked", lengths, block=31, boundary=True)
+    rows.replay_limit = 64  # two windows of 32 documents: a whole epoch's count is refused
+    for first in range(0, 900, 6):  # into epoch 3 (epochs of 257, 257, 260 rows), 6 at a time
+        epochs, within = rows.locate(np.arange(first, first + 6))
+        for e in np.unique(epochs).tolist():
+            rows.spans(e, within[epochs == e])
+    assert rows.anchor_of(899) == (3, 4, 880, 106, 27222)
+    assert rows.window_anchor(1, 0) == (1, 0, 257, 0, 7974)  # the end of epoch 0: 257 rows
+    fresh = stream("blocked", lengths, block=31, boundary=True)
+    fresh.replay_limit = 64
+    message = (
+        "window 0 of epoch 1 of this stream lies past window 2 of epoch 0: reaching it from "
+        "the nearest position known (window 0 of epoch 0) packs every window in between, over "
+        "64 documents, which grainpack refuses."
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fresh.rows_in_epoch(0)
+    restored = stream("blocked", lengths, block=31, boundary=True)
+    restored.replay_limit = 64
+    restored.add_anchor(rows.window_anchor(2, 5))  # as a checkpoint state gives it
+    assert restored.anchor_of(680) == rows.anchor_of(680)  # counted from the anchor
+    with pytest.raises(ValueError, match="disagrees with the one counted for its window"):
+        restored.add_anchor((2, 5, 650, 136, 20033))
+
+
+def test_epoch_position_goes_by_windows():
+    lengths = lengths_of(300, seed=5)
+    rows = stream("blocked", lengths, block=31, boundary=True)
+    third = rows.window_anchor(0, 3)
+    fourth = rows.window_anchor(0, 4)
+    middle = (third.occurrence + fourth.occurrence) // 2
+    within = (middle - third.occurrence) / (fourth.occurrence - third.occurrence)
+    assert rows.epoch_position(third.occurrence) == (0, 0.3)
+    assert rows.epoch_position(middle) == (0, (3 + within) / 10)
