@@ -23,6 +23,12 @@ def main() -> None:
     parser.add_argument("--quality-documents", type=float, default=1e7)
     parser.add_argument("--directory")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--packing",
+        choices=("both", "concat", "best_fit"),
+        default="both",
+        help="the packings measured (default both)",
+    )
     parser.add_argument("--output", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     results = Path(args.output)
@@ -33,6 +39,7 @@ def main() -> None:
         quality_documents=int(args.quality_documents),
         directory=args.directory,
         keep=args.keep,
+        packings=("concat", "best_fit") if args.packing == "both" else (args.packing,),
         json_path=results / f"scale-{datetime.date.today()}.json",
     )
 

@@ -23,6 +23,11 @@ fresh machine) and again with them cached (warm);
 and, in-process on a second corpus (``boundary_documents``), the worst ``next()`` over 10**4
 batches around an epoch boundary against the worst over 10**4 batches away from it.
 
+Each with ``packing="concat"`` and again with ``packing="best_fit"`` (whose epochs' rows are
+known only by packing their windows: its state of step 10**8 is made, in setup, by counting
+every window before it, and its stall measurement adds a range around a window change in
+the middle of the epoch).
+
 :func:`order_quality` measures what the blocked order costs in randomness, next to the
 exact order, on the index alone: distinct storage blocks per global batch, the correlation
 of document ids between consecutive batches, the design effect of a storage-sorted
@@ -172,12 +177,12 @@ def _status(key: str) -> int:
     raise KeyError(key)
 
 
-def _config(path: str, order: Any) -> Any:
+def _config(path: str, order: Any, packing: str = "concat") -> Any:
     import grainpack as gp
 
     return gp.PipelineConfig(
         sources={"c": path}, block=BLOCK, global_batch_size=BATCH, seed=SEED,
-        boundary_id=50256, order=order,
+        boundary_id=50256, order=order, packing=packing,
     )  # fmt: skip
 
 
@@ -193,9 +198,11 @@ def _task(name: str, path: str, extra: dict[str, Any]) -> dict[str, Any]:
     from grainpack.pipeline.dataset import make_dataset  # imports Grain, JAX
 
     baseline = _status("RssAnon")
+    packing = extra.get("packing", "concat")
+    config = _config(path, _blocked(), packing)
     if name == "state":  # the checkpoint state of step RESTORE_STEP (setup, not timed)
-        dataset = gp.make_dataset(_config(path, _blocked()), process_index=0, process_count=1)
-        return iter(dataset).state_after(RESTORE_STEP)
+        dataset = gp.make_dataset(config, process_index=0, process_count=1)
+        return iter(dataset).state_after(extra.get("step", RESTORE_STEP))
     if name == "exact":
         t0 = time.perf_counter()
         try:
@@ -205,7 +212,7 @@ def _task(name: str, path: str, extra: dict[str, Any]) -> dict[str, Any]:
         return {"refused_s": None}
     peak = _AnonPeak()
     wall, cpu = time.perf_counter(), time.process_time()
-    iterator = iter(make_dataset(_config(path, _blocked()), process_index=0, process_count=1))
+    iterator = iter(make_dataset(config, process_index=0, process_count=1))
     if name == "restore":
         iterator.set_state(extra["state"])
     batch = next(iterator)
@@ -249,30 +256,38 @@ def _in_fresh_process(name: str, path: str, *, cold: bool = False, **extra: Any)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def boundary_stall(path: str, *, batches: int = WINDOW_BATCHES, repeats: int = 3) -> dict[str, Any]:
+def boundary_stall(
+    path: str, *, batches: int = WINDOW_BATCHES, repeats: int = 3, packing: str = "concat"
+) -> dict[str, Any]:
     """Worst ``next()`` over ``batches`` batches around the first epoch boundary, and over
-    as many away from it (the middle of the epoch), in this process (``worker_count=0``).
+    as many away from it (the middle of the epoch), in this process (``worker_count=0``);
+    with ``packing="best_fit"`` also around a window change in the middle of the epoch (a
+    window is packed when its rows are first needed), "away" then lying inside one window.
 
     Each range is run ``repeats`` times from a restore shortly before it (one Grain element
     of warm-up and the planning ahead the restore starts are not timed: a restore is not a
     boundary); a batch's time is its minimum over the runs, so the machine's
     noise (other processes on shared cores) drops out while a stall of the pipeline's own,
     which happens in every run, stays. The raw worst and the worst main-thread CPU time are
-    reported too.
+    reported too. ``ratio``: the worst of the "around" ranges over the worst "away".
     """
     import grainpack as gp
     from grainpack.index.blocked import _prefetcher
     from grainpack.pipeline.batches import PipelineBatches
 
-    config = _config(path, _blocked())
-    pipeline = PipelineBatches(config)
-    boundary, warmup, batches, starts = stall_ranges(pipeline, batches)
+    config = _config(path, _blocked(), packing)
+    boundary, warmup, batches, starts = stall_ranges(PipelineBatches(config), batches)
     out: dict[str, Any] = {"boundary_step": boundary, "batches": batches, "repeats": repeats}
-    for label, start in zip(("away", "around"), starts):
+    # the restores' states, in step order from one iterator (best_fit counts each window once)
+    setup = iter(gp.make_dataset(config, process_index=0, process_count=1))
+    states = {
+        label: setup.state_after(starts[label] - warmup) for label in sorted(starts, key=starts.get)
+    }
+    for label, start in starts.items():
         wall, cpu = np.empty((repeats, batches)), np.empty((repeats, batches))
         for r in range(repeats):
             iterator = iter(gp.make_dataset(config, process_index=0, process_count=1))
-            iterator.set_state(iterator.state_after(start - warmup))
+            iterator.set_state(states[label])
             for _ in range(warmup):
                 next(iterator)
             _prefetcher().submit(lambda: None).result()  # the restore's planning ahead is done
@@ -293,31 +308,56 @@ def boundary_stall(path: str, *, batches: int = WINDOW_BATCHES, repeats: int = 3
             "p99_s": float(np.percentile(best, 99)),
             "median_s": float(np.median(best)),
         }
-    out["ratio"] = out["around"]["worst_s"] / out["away"]["worst_s"]
-    out["cpu_ratio"] = out["around"]["worst_cpu_s"] / out["away"]["worst_cpu_s"]
+    around = [label for label in starts if label.startswith("around")]
+    out["ratio"] = max(out[a]["worst_s"] for a in around) / out["away"]["worst_s"]
+    out["cpu_ratio"] = max(out[a]["worst_cpu_s"] for a in around) / out["away"]["worst_cpu_s"]
     return out
 
 
-def stall_ranges(pipeline: Any, batches: int = WINDOW_BATCHES) -> tuple[int, int, int, tuple]:
-    """``(boundary, warmup, batches, (away, around))`` of :func:`boundary_stall`: the step
-    that crosses into epoch 1, the element of warm-up before each range, the batches per
-    range (fewer on a small corpus) and the first step of each range. The two ranges are
+def stall_ranges(
+    pipeline: Any, batches: int = WINDOW_BATCHES
+) -> tuple[int, int, int, dict[str, int]]:
+    """``(boundary, warmup, batches, starts)`` of :func:`boundary_stall`: the step that
+    crosses into epoch 1, the element of warm-up before each range, the batches per range
+    (fewer on a small corpus) and the first step of each range by label. The ranges are
     apart: "away" starts mid-epoch and ends before "around", which straddles the boundary.
+    With ``packing="best_fit"`` (its epoch's rows counted here, window by window) and two
+    or more windows an epoch: "around_window" straddles the change into the middle window
+    of epoch 0, "away" lies in the middle of the window before it, "around_epoch"
+    straddles the boundary.
 
     Raises:
-        ValueError: the epoch is too short for two such ranges.
+        ValueError: the epoch (or the window) is too short for such ranges.
     """
-    boundary = pipeline.rows(0).rows_per_epoch // BATCH
+    rows = pipeline.rows(0)
+    boundary = rows.rows_in_epoch(0) // BATCH
     warmup = pipeline.steps_per_element
-    away = max(boundary // 2, warmup + 1)  # after one element of warm-up from step >= 0
-    batches = min(batches, (boundary - away) * 2 // 3)  # away + batches <= around
-    if batches < 2:
+    changes = []  # steps whose batch holds the first row of a window of epoch 0
+    if pipeline.config.packing == "best_fit":
+        changes = [rows.window_anchor(0, w).occurrence // BATCH for w in range(1, rows.num_windows)]
+    if changes:
+        k = len(changes) // 2
+        change, before = changes[k], changes[k - 1] if k else 0
+        batches = min(batches, (change - before) // 2)
+        away = max((before + change) // 2 - batches // 2, warmup + 1)
+        starts = {
+            "away": away,
+            "around_window": change - batches // 2,
+            "around_epoch": boundary - batches // 2,
+        }
+        short = batches < 2 or away + batches > change - batches // 2
+    else:
+        away = max(boundary // 2, warmup + 1)  # after one element of warm-up from step >= 0
+        batches = min(batches, (boundary - away) * 2 // 3)  # away + batches <= around
+        starts = {"away": away, "around": boundary - batches // 2}
+        short = batches < 2
+    if short:
         raise ValueError(
             f"the boundary corpus's first epoch ends at step {boundary}, too soon for two "
             f"ranges of batches after {warmup} steps of warm-up (it must end at step "
             f"{warmup + 4} or later); give more --boundary-documents (default 10**8)"
         )
-    return boundary, warmup, batches, (away, boundary - batches // 2)
+    return boundary, warmup, batches, starts
 
 
 # -- randomness --------------------------------------------------------------------------------
@@ -444,8 +484,11 @@ def run_scale_benchmarks(
     keep: bool = False,
     quality_documents: int = 10**7,
     json_path: str | os.PathLike[str] | None = None,
+    packings: tuple[str, ...] = ("concat", "best_fit"),
 ) -> dict[str, Any]:
-    """Writes the corpora, runs every measurement, prints and returns the results."""
+    """Writes the corpora, runs every measurement, prints and returns the results: those
+    of ``packing="concat"`` at the top level, those of ``"best_fit"`` under ``best_fit``
+    (each packing in ``packings``)."""
     root = Path(tempfile.mkdtemp(prefix="grainpack-scale-", dir=directory))
     results: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
@@ -477,18 +520,34 @@ def run_scale_benchmarks(
 
                 stall_ranges(PipelineBatches(_config(str(root / label), _blocked())))
         large = str(root / "large")
-        state = _in_fresh_process("state", large)
-        for cache in ("cold", "warm"):  # corpus files evicted from the page cache, or not
-            cold = cache == "cold"
-            first = results[f"first_batch_{cache}"] = _in_fresh_process("first", large, cold=cold)
-            print(f"first batch ({cache} page cache): {first}", flush=True)
-            restore = _in_fresh_process("restore", large, cold=cold, state=state)
-            results[f"restore_{cache}"] = restore
-            print(f"restore at step {RESTORE_STEP} ({cache} page cache): {restore}", flush=True)
-        results["exact_refused"] = _in_fresh_process("exact", large)
-        print(f"exact order: {results['exact_refused']}", flush=True)
-        results["boundary_stall"] = boundary_stall(str(root / "boundary"))
-        print(f"epoch boundary: {results['boundary_stall']}", flush=True)
+        for packing in packings:
+            out = results if packing == "concat" else results.setdefault(packing, {})
+            # best_fit makes the state by counting every window before the step: a step of about
+            # two epochs at most (10**8 at 10**9 documents; a small corpus has many epochs)
+            step = RESTORE_STEP if packing == "concat" else min(RESTORE_STEP, documents // BATCH)
+            t0 = time.perf_counter()
+            state = _in_fresh_process("state", large, packing=packing, step=step)
+            out["state_setup_s"] = time.perf_counter() - t0
+            out["restore_step"] = step
+            print(f"{packing}: state of step {step} made in {out['state_setup_s']:.1f} s")
+            for cache in ("cold", "warm"):  # corpus files evicted from the page cache, or not
+                cold = cache == "cold"
+                first = _in_fresh_process("first", large, cold=cold, packing=packing)
+                out[f"first_batch_{cache}"] = first
+                print(f"{packing}: first batch ({cache} page cache): {first}", flush=True)
+                restore = _in_fresh_process(
+                    "restore", large, cold=cold, state=state, packing=packing
+                )
+                out[f"restore_{cache}"] = restore
+                print(
+                    f"{packing}: restore at step {step} ({cache} page cache): {restore}",
+                    flush=True,
+                )
+            if packing == "concat":
+                results["exact_refused"] = _in_fresh_process("exact", large)
+                print(f"exact order: {results['exact_refused']}", flush=True)
+            out["boundary_stall"] = boundary_stall(str(root / "boundary"), packing=packing)
+            print(f"{packing}: boundaries: {out['boundary_stall']}", flush=True)
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)

@@ -178,7 +178,7 @@ def pack_window(
     f_end = f_start + width
     # tails: what is left of each document, placed by size decreasing (ties: window order)
     tails = np.flatnonzero(rest)
-    tails = tails[np.argsort(-rest[tails], kind="stable")]
+    tails = tails[_stable_order(width - rest[tails], width)]
     t_row, n_fit = _place(rest[tails], width, max_segments or 0, kernel)
     doc = np.concatenate([f_doc, tails])
     start = np.concatenate([f_start, full[tails] * width])
@@ -187,12 +187,13 @@ def pack_window(
     num_rows = n_full + n_fit
     rank = splitmix64_array(np.arange(num_rows, dtype=np.uint64) + np.uint64(key))
     position = np.empty(num_rows, dtype=np.int64)
-    position[np.argsort(rank, kind="stable")] = np.arange(num_rows)
+    position[np.argsort(rank)] = np.arange(num_rows)  # distinct ranks: any sort agrees
     final = position[row]
-    by_row = np.argsort(final, kind="stable")  # placement order inside a row
+    by_row = _stable_order(final, num_rows)  # placement order inside a row
     final, doc, start, end = final[by_row], doc[by_row], start[by_row], end[by_row]
     size = end - start
-    first = np.searchsorted(final, np.arange(num_rows + 1))
+    first = np.zeros(num_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(final, minlength=num_rows), out=first[1:])
     before = np.cumsum(size) - size  # tokens of earlier pieces of the window
     offset = before - before[first[:-1]][final]
     tokens_before = np.append(before[first[:-1]], before[-1] + size[-1] if len(size) else 0)
@@ -208,3 +209,20 @@ def pack_window(
         filled=np.diff(tokens_before),
         tokens_before=tokens_before,
     )
+
+
+def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for ints in ``[0, bound)``, faster: a radix sort
+    of 16-bit keys, or an unstable sort of keys made distinct by their index (numpy's
+    stable sort of int64 is a timsort, 3-4x slower on 10**6 keys).
+
+    Example:
+      >>> _stable_order(np.array([2, 0, 2, 1, 0]), 3).tolist()
+      [1, 4, 3, 0, 2]
+    """
+    n = len(keys)
+    if bound <= 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    if n and bound > (1 << 62) // n:  # keys * n + index would overflow int64
+        return np.argsort(keys, kind="stable")
+    return np.argsort(keys * n + np.arange(n))

@@ -75,4 +75,10 @@ def test_bench_scale_from_the_command_line(tmp_path, capsys):
     assert stall["ratio"] > 0
     assert stall["around"]["first_step"] == stall["boundary_step"] - stall["batches"] // 2
     assert stall["away"]["first_step"] + stall["batches"] <= stall["around"]["first_step"]
+    best = results["best_fit"]  # a state of 6,250 steps (two epochs): counting is cheap
+    assert best["restore_step"] == 6_250
+    for cache in ("cold", "warm"):
+        first, restored = best[f"first_batch_{cache}"], best[f"restore_{cache}"]
+        assert first["tokens"] > 0 and restored["tokens"] > 0 and restored["wall_s"] < 30
+    assert best["boundary_stall"]["ratio"] > 0  # one window an epoch: away and around
     assert list(tmp_path.iterdir()) == [out]  # the corpora are deleted
