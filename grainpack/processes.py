@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from multiprocessing import resource_tracker
 
 __all__ = [
     "exit_with_parent",
@@ -45,11 +46,15 @@ def exit_with_parent() -> None:
 
 @contextlib.contextmanager
 def starting_children() -> Iterator[None]:
-    """Processes started in the body begin with SIGINT blocked (a child inherits the signal
-    mask of the thread that starts it), so a terminal's Ctrl-C during their start-up (the
-    spawn bootstrap imports the main script, before :func:`exit_with_parent` ignores SIGINT)
-    prints no traceback of theirs. This thread gets a Ctrl-C of that time when the body
-    ends (CPython starts its resource tracker so)."""
+    """Processes and threads started in the body begin with SIGINT blocked (they inherit
+    the signal mask of the thread that starts them, and a process keeps it across exec),
+    so a terminal's Ctrl-C during a child's start-up (the spawn bootstrap imports the main
+    script, before :func:`exit_with_parent` ignores SIGINT) prints no traceback of theirs.
+    This thread gets a Ctrl-C of that time when the body ends (CPython starts its resource
+    tracker so). That tracker is started first: starting it unblocks SIGINT in the
+    starting thread, whatever was blocked before (Python 3.11), which would open the body.
+    """
+    resource_tracker.ensure_running()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield

@@ -34,7 +34,7 @@ from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
 from grainpack.pipeline.expand import FULL_KEYS, expand_compact
 from grainpack.pipeline.state import IteratorState, check_damage
-from grainpack.processes import exit_with_parent, importing_main_in_a_child
+from grainpack.processes import exit_with_parent, importing_main_in_a_child, starting_children
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,20 @@ def exit_with_the_consumer(worker_index: int, worker_count: int) -> None:
     """Grain worker init: the worker exits once the process that started it is gone
     (:func:`~grainpack.processes.exit_with_parent`)."""
     exit_with_parent()
+
+
+def _start_workers(iterator: grain.DatasetIterator) -> None:
+    """Starts the worker processes of a new ``mp_prefetch`` iterator with SIGINT blocked
+    (:func:`~grainpack.processes.starting_children`), so that a terminal's Ctrl-C during
+    their start-up interrupts this process only. Grain 0.2.18 starts each worker from the
+    prefetch thread of its per-worker iterator, and a thread takes the signal mask of the
+    one that starts it: left to the first ``next``, Grain makes those iterators, and so
+    those threads, in a pool of its own whose threads start with SIGINT open. Asking for
+    the state first makes the iterators here, and ``start_prefetch`` starts their threads
+    here, in the block."""
+    with starting_children():
+        iterator.get_state()
+        iterator.start_prefetch()
 
 
 def _absl_flags_parsed() -> None:
@@ -217,7 +231,10 @@ class PipelineIterator(grain.DatasetIterator):
                     ),
                     worker_init_fn=exit_with_the_consumer,
                 )
-            self._inner = ExpandedBatches(iter(ds), self._batches)
+            grain_iterator = iter(ds)
+            if workers:
+                _start_workers(grain_iterator)
+            self._inner = ExpandedBatches(grain_iterator, self._batches)
             if workers:
                 self._registry.add(self)
         return self._inner
