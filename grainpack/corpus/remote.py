@@ -53,6 +53,7 @@ from grainpack.corpus.cache import cache_root
 from grainpack.corpus.daemon_pool import DaemonPool
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError
 from grainpack.corpus.native import MANIFEST_NAME, read_manifest, source_fields
+from grainpack.corpus.remote_cells import CellReader
 from grainpack.corpus.remote_offsets import PAGE, OffsetPages
 from grainpack.corpus.shards import OffsetsFile, ShardRecord
 from grainpack.corpus.source import TokenShardSource
@@ -431,12 +432,36 @@ class RemoteShardSource(TokenShardSource):
             lambda *args: self._client.pool.submit(*args),
             budget=self.options.offsets_bytes,
             request_pages=max(1, self.options.request_bytes // (8 * PAGE)),
+            gap_pages=self.options.gap_bytes // (8 * PAGE),
         )
         self._whole: set[int] = set()  # shards whose whole offsets object is in the cache
+        items = self._file_dtype.itemsize
+        self._cells = CellReader(
+            [s.num_tokens * items for s in self._shards],
+            cell=max(1, self.options.request_bytes // 2),
+            request=self.options.request_bytes,
+            budget=self.options.memory_bytes,
+            fetch=self._fetch_bytes,
+            keep=self._ranges.add,
+            submit=lambda *args: self._client.pool.submit(*args),
+        )
+        # reads windows ahead: the opened source, or a copy once it read tokens (a copy in a
+        # Grain worker only plans, and fetching tokens there would be wasted)
+        self._reads_tokens = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        for key in ("_stats", "_stats_lock", "_client", "_ranges", "_pages", "_whole"):
+        for key in (
+            "_stats",
+            "_stats_lock",
+            "_client",
+            "_ranges",
+            "_pages",
+            "_whole",
+            "_stager",
+            "_cells",
+            "_reads_tokens",
+        ):
             state.pop(key, None)
         return state
 
@@ -545,6 +570,20 @@ class RemoteShardSource(TokenShardSource):
                     break
                 k, first = k + 1, starts[k + 1]
         self._pages.prefetch(pieces)
+        if self._reads_tokens:  # the window's tokens, whole, where that is worth it
+            items = self._file_dtype.itemsize
+            ranges = []
+            for k, a, b in pieces:
+                lo, hi = self._pages.values(k, np.array([a, b])).tolist()
+                ranges.append((k, lo * items, hi * items))
+            self._cells.read_ahead(ranges)
+
+    def _fetch_bytes(self, k: int, lo: int, hi: int) -> Any:
+        """Bytes ``[lo, hi)`` of shard ``k``'s tokens (one ranged GET), read ahead."""
+        base = self._shards[k].byte_offset
+        data = self._client.get_range(self.objects[k], base + lo, base + hi, self.etags[k])
+        self._count("window_bytes", hi - lo)
+        return data
 
     def _document_range(self, i: int) -> tuple[int, int]:
         a, b = self.document_offsets(np.array([i, i + 1])).tolist()
@@ -590,6 +629,9 @@ class RemoteShardSource(TokenShardSource):
         items = self._file_dtype.itemsize
         target = out.view(np.uint8)
         request, gap = self.options.request_bytes, self.options.gap_bytes
+        self._reads_tokens = True
+        if self._cells.in_flight:  # a window read ahead holds them: no second request
+            self._cells.wait([(k, a * items, b * items) for k, a, b in zip(shards, starts, stops)])
         missing = []
         hits = 0
         for k, a, b, t in zip(shards, starts, stops, at):
@@ -629,6 +671,16 @@ class RemoteShardSource(TokenShardSource):
             for future in futures:
                 future.result()  # the first failure raises (its CorpusError names the URL)
         self._count("fetch_seconds", time.perf_counter() - began)
+
+    def fetch_range(self, shard: int, lo: int, hi: int) -> None:
+        """Fetches bytes ``[lo, hi)`` of shard ``shard``'s tokens into the in-memory LRU (one
+        ranged GET), unless it holds them: the staging fetches a plan's coalesced requests
+        with it, so that the pieces of later rows are read from memory."""
+        if self._ranges.find(shard, lo, hi) is not None:
+            return
+        base = self._shards[shard].byte_offset
+        data = self._client.get_range(self.objects[shard], base + lo, base + hi, self.etags[shard])
+        self._ranges.add(shard, lo, data)
 
     def _fetch_group(self, target: np.ndarray, group: list[tuple[int, int, int, int]]) -> None:
         k = group[0][0]
@@ -797,4 +849,5 @@ def open_with_manifest(
     for key, value in stats.items():  # what opening fetched
         source._count(key, value)
     client.count, source._client = source._count, client  # its store and pool, reused
+    source._reads_tokens = True
     return source, m

@@ -45,6 +45,8 @@ class OffsetPages:
         submit: Runs a call on the request threads (returns a future).
         budget: Bytes of pages kept (at least 64 pages are).
         request_pages: The most pages one request asks for.
+        gap_pages: Missing pages of a shard this close share a request (the pages between
+            them are downloaded too).
 
     Example:
         >>> offsets = np.arange(0, 3001, 3)  # 1000 documents of 3 tokens, one shard
@@ -69,9 +71,11 @@ class OffsetPages:
         *,
         budget: int,
         request_pages: int = 4096,
+        gap_pages: int = 0,
     ) -> None:
         self.documents, self.tokens, self.names = list(documents), list(tokens), list(names)
         self.fetch, self.submit, self.request_pages = fetch, submit, max(1, request_pages)
+        self.gap_pages = gap_pages
         pages = [n // PAGE + 1 for n in self.documents]  # offsets 0..n
         self.base = np.concatenate([[0], np.cumsum(pages)]).astype(np.int64)
         self.capacity = max(64, budget // (8 * PAGE))
@@ -134,19 +138,23 @@ class OffsetPages:
         """Pages ``wanted`` (sorted unique keys) fetched by coalesced requests in parallel,
         then kept (the most recent ``capacity`` of them)."""
         shard = np.searchsorted(self.base, wanted, side="right") - 1
-        breaks = np.flatnonzero((np.diff(wanted) != 1) | (np.diff(shard) != 0)) + 1
+        breaks = np.flatnonzero((np.diff(wanted) > self.gap_pages + 1) | (np.diff(shard) != 0))
         requests = []
-        for lo, hi in zip([0, *breaks.tolist()], [*breaks.tolist(), len(wanted)]):
-            for a in range(lo, hi, self.request_pages):
-                requests.append((a, min(a + self.request_pages, hi)))
+        for lo, hi in zip([0, *(breaks + 1).tolist()], [*(breaks + 1).tolist(), len(wanted)]):
+            while lo < hi:  # at most request_pages pages a request
+                end = int(np.searchsorted(wanted[lo:hi], wanted[lo] + self.request_pages)) + lo
+                requests.append((lo, end))
+                lo = end
         out = np.zeros((len(wanted), PAGE), dtype=np.int64)
 
         def one(a: int, b: int) -> None:
             k = int(shard[a])
             first = int(wanted[a] - self.base[k])
-            values = self.fetch(k, first, first + b - a)
+            values = self.fetch(k, first, int(wanted[b - 1] - self.base[k]) + 1)
             self._check(k, first, values)
-            out[a:b].reshape(-1)[: len(values)] = values
+            padded = np.zeros(-(-len(values) // PAGE) * PAGE, dtype=np.int64)
+            padded[: len(values)] = values
+            out[a:b] = padded.reshape(-1, PAGE)[wanted[a:b] - wanted[a]]
 
         if len(requests) == 1:
             one(*requests[0])

@@ -10,13 +10,19 @@ read table pointing into it. The gather itself is unchanged (the compiled one in
 the pieces of the rows after them in the background (the plan is the exact future: the
 same table the batch reads), up to ``lookahead_bytes`` ahead. Local sources are untouched:
 a plan without remote sources is not staged at all.
+
+A chunk first waits for the background reads of the source (:meth:`~grainpack.corpus.
+remote.RemoteShardSource.read_ahead`: the blocked order's next window, whole) that hold its
+pieces, so that nothing is fetched twice.
+
+Each remote source stages on threads of its own (:func:`stager`): reads ahead that retry
+against a store that went away hold that source's threads only, never another source's.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -27,22 +33,22 @@ import numpy as np
 from grainpack.corpus.daemon_pool import DaemonPool
 from grainpack.index.packed import PackedRows
 
-__all__ = ["StagedPieces", "StagedReader", "stage_pieces"]
+__all__ = ["StagedPieces", "StagedReader", "stage_pieces", "stager"]
 
-# Chunks of rows staged at once (each fetches its pieces with the source's in-flight budget).
+# Chunks of rows of one source staged at once (each fetches with the source's in-flight budget).
 STAGING_THREADS = 4
-_POOL: tuple[int, DaemonPool] | None = None
-_POOL_LOCK = threading.Lock()
+_LOCK = threading.Lock()
 
 
-def _stager() -> DaemonPool:
-    """This process's staging thread (created on first use, again after a fork)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None or _POOL[0] != os.getpid():
+def stager(source: Any) -> DaemonPool:
+    """``source``'s staging threads in this process (created on first use; a pickled or
+    forked copy makes its own)."""
+    with _LOCK:
+        pool = source.__dict__.get("_stager")
+        if pool is None:
             pool = DaemonPool(STAGING_THREADS, name="grainpack-stage")
-            _POOL = (os.getpid(), pool)
-        return _POOL[1]
+            source.__dict__["_stager"] = pool
+        return pool
 
 
 class _Buffer:
@@ -122,7 +128,7 @@ class StagedReader:
     def __init__(self, reader: Any, staged: StagedPieces) -> None:
         self.reader, self.staged = reader, staged
         self.chunk_rows = 0
-        self.futures: dict[int, concurrent.futures.Future[None]] = {}
+        self.futures: dict[tuple[int, int], concurrent.futures.Future[None]] = {}
         self.lookahead = max(s.options.lookahead_bytes for s in self._remote())
 
     def __getattr__(self, name: str) -> object:  # only for names this class lacks
@@ -131,29 +137,39 @@ class StagedReader:
     def _remote(self) -> list[Any]:
         return [self.staged.sources[j] for j in self.staged.pieces]
 
-    def _fill(self, chunk: int) -> None:
-        """Fetches the staged pieces of rows chunk ``chunk`` into the buffers."""
-        staged, rows = self.staged, self.staged.packed.num_rows
-        first = chunk * self.chunk_rows
-        p0 = staged.row_pieces.item(first)
-        p1 = staged.row_pieces.item(min(first + self.chunk_rows, rows))
-        for j, (index, shards, starts, stops, at) in staged.pieces.items():
-            lo, hi = np.searchsorted(index, [p0, p1]).tolist()
-            if hi > lo:
-                staged.sources[j].read_pieces(
-                    staged.buffers[j],
-                    shards[lo:hi].tolist(),
-                    starts[lo:hi].tolist(),
-                    stops[lo:hi].tolist(),
-                    at[lo:hi].tolist(),
-                )
+    def _span(self, chunk: int) -> tuple[int, int]:
+        """The pieces (table indices) of rows chunk ``chunk``."""
+        rows, first = self.staged.packed.num_rows, chunk * self.chunk_rows
+        p0 = self.staged.row_pieces.item(first)
+        return p0, self.staged.row_pieces.item(min(first + self.chunk_rows, rows))
+
+    def _fill(self, j: int, chunk: int) -> None:
+        """Fetches source ``j``'s staged pieces of rows chunk ``chunk`` into its buffer."""
+        staged = self.staged
+        index, shards, starts, stops, at = staged.pieces[j]
+        p0, p1 = self._span(chunk)
+        lo, hi = np.searchsorted(index, [p0, p1]).tolist()
+        if hi > lo:
+            staged.sources[j].read_pieces(
+                staged.buffers[j],
+                shards[lo:hi].tolist(),
+                starts[lo:hi].tolist(),
+                stops[lo:hi].tolist(),
+                at[lo:hi].tolist(),
+            )
 
     def _bytes(self, chunk: int) -> int:
-        rows = self.staged.packed.num_rows
-        first = chunk * self.chunk_rows
-        p0 = self.staged.row_pieces.item(first)
-        p1 = self.staged.row_pieces.item(min(first + self.chunk_rows, rows))
+        p0, p1 = self._span(chunk)
         return int(self.staged.piece_bytes[p0:p1].sum())
+
+    def _submit(self, chunk: int) -> bool:
+        """Starts fetching chunk ``chunk`` of every remote source; False if it was."""
+        started = False
+        for j, source in zip(self.staged.pieces, self._remote()):
+            if (j, chunk) not in self.futures:
+                self.futures[(j, chunk)] = stager(source).submit(self._fill, j, chunk)
+                started = True
+        return started
 
     def read(self, first: int, stop: int, **options: Any) -> np.ndarray:
         """The inner reader's ``read``, once the pieces of rows ``[first, stop)`` are here."""
@@ -161,27 +177,26 @@ class StagedReader:
             self.chunk_rows = max(stop - first, 1)
         chunks = (self.staged.packed.num_rows + self.chunk_rows - 1) // self.chunk_rows
         needed = range(first // self.chunk_rows, (max(stop, first + 1) - 1) // self.chunk_rows + 1)
-        pool = _stager()
         for c in needed:
-            if c not in self.futures:
-                self.futures[c] = pool.submit(self._fill, c)
-        ahead, c = 0, needed[-1] + 1
-        while c < chunks and ahead < self.lookahead:
-            ahead += self._bytes(c)
-            if c not in self.futures:
-                self.futures[c] = pool.submit(self._fill, c)
-                for s in self._remote():
-                    s._count("prefetched_bytes", self._bytes(c))
-            c += 1
+            self._submit(c)
+        wanted = [f for (j, c), f in self.futures.items() if c in needed]
         began = time.perf_counter()
-        waited = not all(self.futures[c].done() for c in needed)
-        for c in needed:
-            self.futures[c].result()  # a CorpusError naming the URL, if one failed
+        waited = not all(f.done() for f in wanted)
+        for future in wanted:
+            future.result()  # a CorpusError naming the URL, if one failed
         if waited:
             for s in self._remote():
                 s._count("wait_seconds", time.perf_counter() - began)
+        # then the rows after them: requests that would delay these go out once they are in
+        ahead, c = 0, needed[-1] + 1
+        while c < chunks and ahead < self.lookahead:
+            ahead += self._bytes(c)
+            if self._submit(c):
+                for s in self._remote():
+                    s._count("prefetched_bytes", self._bytes(c))
+            c += 1
         return self.reader.read(first, stop, **options)
 
     def __del__(self) -> None:
-        for future in getattr(self, "futures", {}).values():
+        for future in [*getattr(self, "futures", {}).values()]:
             future.cancel()  # fetches not started of a plan no longer read

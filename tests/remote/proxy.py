@@ -3,7 +3,9 @@
 Clients use it as their endpoint (``AWS_ENDPOINT_URL``); it forwards each request to the
 upstream server and, at set rates drawn from a seeded generator, answers ``503 SlowDown``
 instead, resets the connection before answering, or sends the upstream's headers with only
-part of the body and closes. It can also add latency per request. Loopback only; every
+part of the body and closes. It can also add latency per request and cap the bandwidth of
+all its responses together (a token bucket: bodies are sent in chunks, each when the
+cap allows). Loopback only; every
 connection's request loop ends when the client closes it, after ``IDLE_SECONDS`` without a
 request, or at :meth:`FaultProxy.stop`.
 """
@@ -20,6 +22,7 @@ import time
 from collections import Counter
 
 IDLE_SECONDS = 10
+CHUNK = 256 * 1024  # bytes a response body is sent by, under a bandwidth cap
 HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
 
 
@@ -28,13 +31,23 @@ class FaultProxy:
 
     Attributes (change them at any time): ``errors``, ``resets``, ``truncations`` (rates of
     GET requests answered with a 503, a reset, a cut body), ``latency`` (seconds added to
-    each request).
+    each request), ``bandwidth`` (bytes per second of all response bodies together; 0: no
+    cap). ``counts`` counts requests by outcome, and the body ``bytes`` sent.
+
+    Example:
+        >>> proxy = FaultProxy("127.0.0.1:9", seed=1)
+        >>> proxy.bandwidth = 400e6  # 4 MB take 10 ms, the next 4 MB wait for them
+        >>> round(proxy._pace(4_000_000), 3), round(proxy._pace(4_000_000), 3)
+        (0.01, 0.02)
+        >>> proxy.server.server_close()
     """
 
     def __init__(self, upstream: str, *, seed: int = 0) -> None:
         self.upstream = upstream
         self.errors = self.resets = self.truncations = 0.0
         self.latency = 0.0
+        self.bandwidth = 0.0
+        self._free_at = 0.0  # when the bandwidth cap lets the next byte out
         self.counts: Counter[str] = Counter()
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -73,6 +86,28 @@ class FaultProxy:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(timeout=IDLE_SECONDS)
+
+    def _pace(self, size: int) -> float:
+        """Reserves ``size`` bytes of the cap; the seconds to wait before sending them."""
+        if not self.bandwidth:
+            return 0.0
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._free_at)
+            self._free_at = start + size / self.bandwidth
+            return self._free_at - now
+
+    def _send(self, handler: http.server.BaseHTTPRequestHandler, data: bytes) -> None:
+        """Writes ``data`` in chunks of ``CHUNK`` bytes, each once the cap allows it."""
+        view = memoryview(data)
+        for lo in range(0, len(data), CHUNK):
+            chunk = view[lo : lo + CHUNK]
+            wait = self._pace(len(chunk))
+            if wait > 0:
+                time.sleep(wait)
+            with self._lock:  # before the write: the client may be done once it is sent
+                self.counts["bytes"] += len(chunk)
+            handler.wfile.write(chunk)
 
     def _draw(self) -> str | None:
         with self._lock:
@@ -133,7 +168,7 @@ class FaultProxy:
                 handler.close_connection = True
                 handler.connection.shutdown(socket.SHUT_RDWR)
                 return
-            handler.wfile.write(data)
+            self._send(handler, data)
         except (OSError, http.client.HTTPException):  # the client sees a closed connection
             handler.close_connection = True
         finally:

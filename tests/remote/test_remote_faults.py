@@ -7,6 +7,8 @@ clear error names the URL, the range and the cause once the retry budget is spen
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from proxy import FaultProxy
@@ -95,3 +97,16 @@ def test_an_unreachable_store_names_the_url(corpora, monkeypatch):
     url = corpora["en"][1]
     with pytest.raises(CorpusError, match=f"{url}/manifest.json: downloading it failed 1 times"):
         gp.open_corpus(url)
+
+
+def test_the_bandwidth_cap_paces_the_responses(corpora, proxy):
+    local = gp.open_corpus(corpora["en"][0])
+    source = open_remote(corpora["en"][1], options=RemoteOptions(memory_bytes=0))
+    n = local.num_tokens
+    sent = proxy.counts["bytes"]
+    proxy.bandwidth = 100_000  # bytes per second, all responses together
+    began = time.perf_counter()
+    np.testing.assert_array_equal(source.read_tokens(0, n), local.read_tokens(0, n))
+    elapsed = time.perf_counter() - began
+    assert proxy.counts["bytes"] - sent == 2 * n == 54_156  # uint16 tokens, each byte once
+    assert elapsed >= 54_156 / 100_000 - 0.01

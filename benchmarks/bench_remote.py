@@ -1,0 +1,384 @@
+"""Reading a corpus from object storage through a throttled store (issue 33, acceptance 2, 3).
+
+Starts a real S3 server (moto's, on loopback) and the fault-injecting proxy of the tests
+(tests/remote/proxy.py) in front of it, with ``--latency`` seconds added to every request
+and ``--cap`` bytes per second for all responses together, both in a child process; uploads
+two corpora to the server (directly, not through the proxy), then measures through the
+proxy:
+
+- **cold start**: a corpus of ``--documents`` short documents (1-31 tokens: startup depends
+  on the number of documents, not on tokens), blocked order, from an empty host cache:
+  seconds from ``make_dataset`` to the first batch, and the bytes and requests fetched before
+  it; the same for a restore at step ``--restore-step``;
+- **steady state**: the same pipeline (documents, blocked order, block 2048, global batch 64)
+  on a corpus of ``--steady-documents`` documents of realistic lengths (lognormal, median
+  600), local and remote: tokens per second and the p99 of ``next()`` over ``--steps``
+  steps after ``--warmup``; what the server delivers to plain concurrent ranged GETs of the
+  request size (``--in-flight`` at a time) in the same run; requests per GiB read.
+
+Run: ``python benchmarks/bench_remote.py [--json out.json]`` (needs the ``remote`` and
+test extras: obstore, moto). Every batch read from the URL is compared with the local one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import datetime
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BUCKET = "grainpack-bench"
+BLOCK, BATCH = 2048, 64
+MiB = 1 << 20
+# 8 MiB token objects: moto reads a whole object from its spooled file for every ranged GET,
+# so larger ones would measure the test server's copies, not the reader
+SHARD_TOKENS = 1 << 22
+
+
+# -- corpora ----------------------------------------------------------------------------------
+
+
+def write_corpus(path: Path, lengths: np.ndarray, *, shard_tokens: int, seed: int) -> None:
+    """A native corpus (uint16) of documents of ``lengths`` with random tokens, written shard
+    by shard with numpy (10**7 documents in seconds, where the writer adds one at a time)."""
+    from grainpack.corpus.native import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME
+    from grainpack.corpus.summary import SUMMARY_BLOCK_DOCS
+
+    path.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    ends = np.cumsum(lengths)
+    shards, first, total = [], 0, 0
+    while first < len(lengths):
+        base = int(ends[first - 1]) if first else 0
+        stop = max(first + 1, int(np.searchsorted(ends, base + shard_tokens, side="right")))
+        mine = lengths[first:stop]
+        offsets = np.zeros(len(mine) + 1, dtype="<i8")
+        np.cumsum(mine, out=offsets[1:])
+        tokens = rng.integers(1, 50257, size=int(offsets[-1]), dtype=np.uint16)
+        c = SUMMARY_BLOCK_DOCS
+        cuts = np.unique(np.r_[0, np.arange(-first % c or c, len(mine), c), len(mine)])
+        summary = np.diff(offsets[cuts]).astype("<i8")
+        k = len(shards)
+        names = [f"{kind}-{k:05d}.bin" for kind in ("tokens", "offsets", "summary")]
+        for name, array in zip(names, (tokens, offsets, summary)):
+            array.astype(array.dtype.newbyteorder("<")).tofile(path / name)
+        shards.append(
+            {
+                "tokens_file": names[0],
+                "offsets_file": names[1],
+                "summary_file": names[2],
+                "num_tokens": int(offsets[-1]),
+                "num_documents": len(mine),
+                "tokens_sha256": hashlib.sha256(tokens.tobytes()).hexdigest(),
+                "offsets_sha256": hashlib.sha256(offsets.tobytes()).hexdigest(),
+                "summary_sha256": hashlib.sha256(summary.tobytes()).hexdigest(),
+            }
+        )
+        total += int(offsets[-1])
+        first = stop
+    manifest = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "dtype": "uint16",
+        "vocab_size": 50257,
+        "eos_id": None,
+        "num_documents": len(lengths),
+        "num_tokens": total,
+        "summary_block_docs": SUMMARY_BLOCK_DOCS,
+        "shards": shards,
+    }
+    (path / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def short_lengths(n: int) -> np.ndarray:
+    """1 to 31 tokens (16 on average): a window of the default order (10**6 documents)
+    holds about two Grain elements (2**23 tokens), as documents of hundreds of tokens'
+    windows hold hundreds."""
+    return np.random.default_rng([n, 1]).integers(1, 32, size=n)
+
+
+def realistic_lengths(n: int) -> np.ndarray:
+    from grainpack.bench.scale import sparse_lengths
+
+    return np.concatenate(list(sparse_lengths(n)))
+
+
+def upload(folder: Path, url: str) -> None:
+    """Every file of ``folder`` under ``url``, ``manifest.json`` last."""
+    import obstore
+    from obstore.store import from_url
+
+    store = from_url(url)
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    files.sort(key=lambda p: p.name == "manifest.json")
+    for path in files:
+        obstore.put(store, path.name, path.read_bytes())
+
+
+# -- the store: moto and the proxy, in a child process -----------------------------------------
+
+
+def _serve(ready: Any, stop: Any, latency: float, cap: float) -> None:
+    import logging
+
+    import portpicker
+    from moto.server import ThreadedMotoServer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "remote"))
+    from proxy import FaultProxy
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = portpicker.pick_unused_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    proxy = FaultProxy(f"127.0.0.1:{port}").start()
+    proxy.latency, proxy.bandwidth = latency, cap
+    ready.put((f"http://127.0.0.1:{port}", proxy.url))
+    stop.wait()
+    proxy.stop()
+    server.stop()
+
+
+@contextlib.contextmanager
+def store(latency: float, cap: float) -> Iterator[tuple[str, str]]:
+    """(server URL, proxy URL) of a store running in a child process."""
+    context = multiprocessing.get_context("spawn")
+    ready, stop = context.Queue(), context.Event()
+    child = context.Process(target=_serve, args=(ready, stop, latency, cap), daemon=True)
+    child.start()
+    try:
+        yield ready.get(timeout=120)
+    finally:
+        stop.set()
+        child.join(timeout=30)
+
+
+def endpoint(url: str) -> None:
+    os.environ["AWS_ENDPOINT_URL"] = url
+
+
+# -- measurements -------------------------------------------------------------------------------
+
+
+def config(source: str) -> Any:
+    import grainpack as gp
+
+    return gp.PipelineConfig(
+        sources={"c": source}, block=BLOCK, global_batch_size=BATCH, seed=3,
+        order=gp.BlockedOrder(),
+    )  # fmt: skip
+
+
+def remote_stats(iterator: Any) -> dict[str, float]:
+    return iterator._batches.sources[0].stats
+
+
+def cold_start(local: str, url: str, restore_step: int, cache: Path) -> dict[str, Any]:
+    """First batch from an empty host cache, at step 0 and restored at ``restore_step``."""
+    import grainpack as gp
+
+    out: dict[str, Any] = {}
+    for name, step in (("start", 0), ("restore", restore_step)):
+        state = None
+        if step:  # the state a checkpoint holds (computed on the local copy, not timed)
+            state = iter(gp.make_dataset(config(local))).state_after(step)
+        began = time.perf_counter()  # the same on the local copy (this process warmed up)
+        expected = iter(gp.make_dataset(config(local)))
+        if state is not None:
+            expected.set_state(state)
+        want = next(expected)
+        local_seconds = time.perf_counter() - began
+        os.environ["GRAINPACK_CACHE"] = str(cache / name)
+        began = time.perf_counter()
+        iterator = iter(gp.make_dataset(config(url)))
+        if state is not None:
+            iterator.set_state(state)
+        batch = next(iterator)
+        seconds = time.perf_counter() - began
+        stats = remote_stats(iterator)
+        same = all(np.array_equal(batch[k], want[k]) for k in want)
+        out[name] = {
+            "step": step,
+            "first_batch_s": round(seconds, 3),
+            "local_first_batch_s": round(local_seconds, 3),
+            "bytes": int(stats.get("bytes", 0)),
+            "requests": int(stats.get("requests", 0)),
+            "offsets_bytes": int(stats.get("offsets_bytes", 0)),
+            "bit_identical": same,
+        }
+    return out
+
+
+def steady(source: str, warmup: int, steps: int, local: str | None = None) -> dict[str, Any]:
+    """Tokens per second and ``next()`` percentiles over ``steps`` after ``warmup``."""
+    import grainpack as gp
+
+    iterator = iter(gp.make_dataset(config(source)))
+    check = None if local is None else iter(gp.make_dataset(config(local)))
+    for _ in range(warmup):
+        next(iterator)
+        if check is not None:
+            next(check)
+    before = dict(remote_stats(iterator)) if local is not None else {}
+    times, batches = [], []
+    began = time.perf_counter()
+    for _ in range(steps):
+        t = time.perf_counter()
+        batch = next(iterator)
+        times.append(time.perf_counter() - t)
+        if check is not None:
+            batches.append(batch)
+    seconds = time.perf_counter() - began
+    out: dict[str, Any] = {
+        "steps": steps,
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(steps * BATCH * BLOCK / seconds),
+        "p50_next_ms": round(1e3 * float(np.percentile(times, 50)), 2),
+        "p99_next_ms": round(1e3 * float(np.percentile(times, 99)), 2),
+        "max_next_ms": round(1e3 * max(times), 2),
+    }
+    if check is not None:
+        out["bit_identical"] = all(
+            all(np.array_equal(b[k], want[k]) for k in want)
+            for b, want in zip(batches, (next(check) for _ in range(steps)))
+        )
+        after = remote_stats(iterator)
+        fetched = after.get("bytes", 0) - before.get("bytes", 0)
+        requests = after.get("requests", 0) - before.get("requests", 0)
+        out["bytes"] = int(fetched)
+        out["requests"] = int(requests)
+        out["requests_per_gib"] = round(requests / (fetched / 2**30), 1) if fetched else None
+        out["mib_per_request"] = round(fetched / MiB / requests, 2) if requests else None
+        out["wait_s"] = round(after.get("wait_seconds", 0) - before.get("wait_seconds", 0), 3)
+    return out
+
+
+def plain_gets(url: str, objects: list[str], size: int, in_flight: int, total: int) -> dict:
+    """What the store delivers to plain concurrent ranged GETs of ``size`` bytes."""
+    import obstore
+    from obstore.store import from_url
+
+    store_ = from_url(url, client_options={"allow_http": True})
+    sizes = [obstore.head(store_, name)["size"] for name in objects]
+    ranges = [
+        (name, lo, min(lo + size, end))
+        for name, end in zip(objects, sizes)
+        for lo in range(0, end, size)
+    ]
+    ranges = (ranges * (total // max(1, sum(b - a for _, a, b in ranges)) + 1))[: total // size]
+
+    def one(item: tuple[str, int, int]) -> int:
+        name, lo, hi = item
+        return len(obstore.get(store_, name, options={"range": (lo, hi)}).bytes())
+
+    began = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(in_flight) as pool:
+        got = sum(pool.map(one, ranges))
+    seconds = time.perf_counter() - began
+    return {
+        "requests": len(ranges),
+        "bytes": got,
+        "seconds": round(seconds, 3),
+        "bytes_per_s": round(got / seconds),
+        "tokens_per_s": round(got / 2 / seconds),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--documents", type=int, default=10**7)
+    parser.add_argument("--restore-step", type=int, default=10**6)
+    parser.add_argument("--steady-documents", type=int, default=60_000)
+    parser.add_argument("--warmup", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--cap", type=float, default=400e6, help="bytes per second")
+    parser.add_argument("--in-flight", type=int, default=16)
+    parser.add_argument("--skip", choices=["cold", "steady"], action="append", default=[])
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_REGION="us-east-1",
+        AWS_ALLOW_HTTP="true",
+    )  # fmt: skip
+    results: dict[str, Any] = {
+        "date": datetime.date.today().isoformat(),
+        "cpus": len(os.sched_getaffinity(0)),
+        "latency_s": args.latency,
+        "cap_bytes_per_s": args.cap,
+        "block": BLOCK,
+        "global_batch": BATCH,
+    }
+    with tempfile.TemporaryDirectory() as tmp, store(args.latency, args.cap) as (server, proxy):
+        import boto3
+
+        import grainpack as gp
+
+        root = Path(tmp)
+        boto3.client("s3", endpoint_url=server, region_name="us-east-1").create_bucket(
+            Bucket=BUCKET
+        )
+        if "cold" not in args.skip:
+            began = time.perf_counter()
+            lengths = short_lengths(args.documents)
+            write_corpus(root / "many", lengths, shard_tokens=SHARD_TOKENS, seed=1)
+            endpoint(server)
+            upload(root / "many", f"s3://{BUCKET}/many")
+            print(f"wrote and uploaded {args.documents:,} documents in "
+                  f"{time.perf_counter() - began:.0f} s", file=sys.stderr)  # fmt: skip
+            endpoint(proxy)
+            next(iter(gp.make_dataset(config(str(root / "many")))))  # imports, first calls
+            results["cold"] = cold_start(
+                str(root / "many"), f"s3://{BUCKET}/many", args.restore_step, root / "cache"
+            )
+            results["cold"]["documents"] = args.documents
+            print(json.dumps(results["cold"], indent=1), file=sys.stderr)
+        if "steady" not in args.skip:
+            lengths = realistic_lengths(args.steady_documents)
+            write_corpus(root / "steady", lengths, shard_tokens=SHARD_TOKENS, seed=2)
+            endpoint(server)
+            url = f"s3://{BUCKET}/steady"
+            upload(root / "steady", url)
+            os.environ["GRAINPACK_CACHE"] = str(root / "cache" / "steady")
+            local = steady(str(root / "steady"), args.warmup, args.steps)
+            endpoint(proxy)
+            remote = steady(url, args.warmup, args.steps, local=str(root / "steady"))
+            manifest = json.loads((root / "steady" / "manifest.json").read_text())
+            objects = [s["tokens_file"] for s in manifest["shards"]]
+            from grainpack.corpus.remote import RemoteOptions
+
+            size = RemoteOptions.from_env().request_bytes
+            gets = plain_gets(url, objects, size, args.in_flight, 1 << 30)
+            lowest = min(local["tokens_per_s"], args.cap / 2, gets["tokens_per_s"])
+            results["steady"] = {
+                "documents": args.steady_documents,
+                "tokens": int(lengths.sum()),
+                "local": local,
+                "remote": remote,
+                "plain_gets": gets,
+                "cap_tokens_per_s": round(args.cap / 2),
+                "lowest_tokens_per_s": round(lowest),
+                "ratio_to_lowest": round(remote["tokens_per_s"] / lowest, 3),
+                "p99_ratio_to_local": round(remote["p99_next_ms"] / local["p99_next_ms"], 2),
+            }
+            print(json.dumps(results["steady"], indent=1), file=sys.stderr)
+    text = json.dumps(results, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
