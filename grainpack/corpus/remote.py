@@ -344,6 +344,11 @@ class _RangeCache:
         self.starts: dict[int, list[int]] = {}
 
     def find(self, shard: int, lo: int, hi: int) -> memoryview | None:
+        entry = self.entry(shard, lo, hi)
+        return None if entry is None else entry[2][lo - entry[0] : hi - entry[0]]
+
+    def entry(self, shard: int, lo: int, hi: int) -> tuple[int, int, memoryview] | None:
+        """``(start, stop, bytes)`` of a range held that contains ``[lo, hi)``, if any."""
         with self.lock:
             starts = self.starts.get(shard)
             if not starts:
@@ -353,7 +358,7 @@ class _RangeCache:
                 stop, data = self.entries[(shard, start)]
                 if hi <= stop:
                     self.entries.move_to_end((shard, start))
-                    return memoryview(data)[lo - start : hi - start]
+                    return start, stop, memoryview(data).cast("B")
             return None
 
     def add(self, shard: int, start: int, data: Any) -> None:
@@ -443,6 +448,7 @@ class RemoteShardSource(TokenShardSource):
             budget=self.options.memory_bytes,
             fetch=self._fetch_bytes,
             keep=self._ranges.add,
+            held=lambda k, lo, hi: self._ranges.entry(k, lo, hi) is not None,
             submit=lambda *args: self._client.pool.submit(*args),
         )
         # reads windows ahead: the opened source, or a copy once it read tokens (a copy in a
@@ -634,13 +640,18 @@ class RemoteShardSource(TokenShardSource):
             self._cells.wait([(k, a * items, b * items) for k, a, b in zip(shards, starts, stops)])
         missing = []
         hits = 0
+        into = memoryview(target).cast("B")
+        held = (-1, 0, 0, memoryview(b""))  # the last range found: pieces share ranges
         for k, a, b, t in zip(shards, starts, stops, at):
             if b <= a:
                 continue
             lo, hi, t = a * items, b * items, t * items
-            view = self._ranges.find(k, lo, hi)
-            if view is not None:
-                target[t : t + hi - lo] = np.frombuffer(view, np.uint8)
+            if not (held[0] == k and held[1] <= lo and hi <= held[2]):
+                entry = self._ranges.entry(k, lo, hi)
+                if entry is not None:
+                    held = (k, *entry)
+            if held[0] == k and held[1] <= lo and hi <= held[2]:
+                into[t : t + hi - lo] = held[3][lo - held[1] : hi - held[1]]
                 hits += 1
                 continue
             for s in range(lo, hi, request):  # a long piece: requests of request_bytes

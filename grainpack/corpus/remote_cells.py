@@ -40,6 +40,7 @@ class CellReader:
         fetch: ``fetch(shard, lo, hi)`` reads bytes ``[lo, hi)`` of a shard's tokens
             (one ranged GET) and returns them.
         keep: ``keep(shard, lo, data)`` puts bytes in the LRU.
+        held: ``held(shard, lo, hi)``: whether the LRU holds those bytes.
         submit: Runs a call on the request threads (returns a future).
 
     Example:
@@ -49,6 +50,7 @@ class CellReader:
         >>> cells = CellReader([1000], cell=256, request=512, budget=4096,
         ...                    fetch=lambda k, lo, hi: data[lo:hi],
         ...                    keep=lambda k, lo, b: kept.__setitem__(lo, len(b)),
+        ...                    held=lambda k, lo, hi: lo in kept,
         ...                    submit=ThreadPoolExecutor(2).submit)
         >>> cells.read_ahead([(0, 10, 600)])  # cells 0..2: one request of 2, one of 1
         True
@@ -66,10 +68,11 @@ class CellReader:
         budget: int,
         fetch: Callable[[int, int, int], Any],
         keep: Callable[[int, int, Any], None],
+        held: Callable[[int, int, int], bool],
         submit: Callable[..., concurrent.futures.Future[Any]],
     ) -> None:
         self.sizes, self.cell, self.request, self.budget = list(sizes), cell, request, budget
-        self.fetch, self.keep, self.submit = fetch, keep, submit
+        self.fetch, self.keep, self.held, self.submit = fetch, keep, held, submit
         self.lock = threading.Lock()
         self.in_flight: dict[tuple[int, int], concurrent.futures.Future[Any]] = {}
         self.fetched_bytes = 0
@@ -94,7 +97,12 @@ class CellReader:
         if not cells or span > 2 * wanted or span > self.budget // 2:
             return False
         with self.lock:
-            missing = [x for x in cells if x not in self.in_flight]
+            missing = [
+                (k, c)
+                for k, c in cells
+                if (k, c) not in self.in_flight
+                and not self.held(k, c * self.cell, min((c + 1) * self.cell, self.sizes[k]))
+            ]
             per = max(1, self.request // self.cell)
             groups: list[list[tuple[int, int]]] = []
             for k, c in missing:

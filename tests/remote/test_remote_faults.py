@@ -25,8 +25,6 @@ def proxy(s3, monkeypatch, tmp_path):
     running = FaultProxy(s3.removeprefix("http://"), seed=33).start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", running.url)
     monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path / "cache"))
-    # no reads ahead past the batches a test takes: none outlives its proxy, retrying
-    monkeypatch.setenv("GRAINPACK_LOOKAHEAD_BYTES", "0")
     try:
         yield running
     finally:
