@@ -182,7 +182,7 @@ def config(source: str) -> Any:
 
 
 def remote_stats(iterator: Any) -> dict[str, float]:
-    return iterator._batches.sources[0].stats
+    return iterator.remote_stats()["c"]
 
 
 def cold_start(local: str, url: str, restore_step: int, cache: Path) -> dict[str, Any]:

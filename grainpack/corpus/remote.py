@@ -194,6 +194,7 @@ class _Client:
         self._store: Any = None
         self._pool: DaemonPool | None = None
         self._pid = -1
+        self.in_flight = 0  # requests being answered now (ranged GETs)
 
     def _ready(self) -> None:
         if self._pid == os.getpid():
@@ -313,8 +314,14 @@ class _Client:
 
         def call() -> tuple[Any, str | None]:
             began = time.perf_counter()
-            result = obstore.get(self._store, name, options=options)
-            data = result.bytes()
+            with self._lock:
+                self.in_flight += 1
+            try:
+                result = obstore.get(self._store, name, options=options)
+                data = result.bytes()
+            finally:
+                with self._lock:
+                    self.in_flight -= 1
             tag = result.meta.get("e_tag")
             if etag is not None and tag is not None and tag != etag:
                 raise _changed(url, f"ETag {etag} -> {tag}")
@@ -494,10 +501,14 @@ class RemoteShardSource(TokenShardSource):
         ``cache_hits`` (pieces served from the in-memory LRU), ``retries`` (ours, beyond
         obstore's), ``wait_seconds`` (time reads waited for the network),
         ``prefetched_bytes`` (staged ahead of the rows being read), ``offsets_bytes``
-        (document offsets read by range) and ``metadata_cache_hits``/``metadata_fetches``
-        (summaries, whole offsets objects)."""
+        (document offsets read by range), ``window_bytes`` (the blocked order's windows read
+        ahead whole, :mod:`grainpack.corpus.remote_cells`), ``metadata_cache_hits``/
+        ``metadata_fetches`` (summaries, whole offsets objects) and ``in_flight`` (ranged
+        GETs being answered now)."""
         with self._stats_lock:
-            return dict(self._stats)
+            stats = dict(self._stats)
+        stats["in_flight"] = self._client.in_flight
+        return stats
 
     # -- offsets: by range, or whole where every length is needed ---------------------------
 

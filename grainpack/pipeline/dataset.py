@@ -15,6 +15,7 @@ import collections
 import dataclasses
 import hashlib
 import logging
+import sys
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,7 +35,12 @@ from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
 from grainpack.pipeline.expand import FULL_KEYS, expand_compact
 from grainpack.pipeline.state import IteratorState, check_damage
-from grainpack.processes import exit_with_parent, importing_main_in_a_child, starting_children
+from grainpack.processes import (
+    exit_with_parent,
+    importing_main_in_a_child,
+    interrupts_deferred,
+    starting_children,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -257,13 +263,42 @@ class PipelineIterator(grain.DatasetIterator):
         the train state is restored; Grain's ``DatasetIterator.start_prefetch``."""
         self._open().start_prefetch()
 
+    def remote_stats(self) -> dict[str, dict[str, float]]:
+        """What this process fetched for each source read from object storage, by source
+        name (:attr:`grainpack.corpus.remote.RemoteShardSource.stats`: bytes and requests,
+        cache hits, ``wait_seconds``, the time ``next()`` waited for the network, requests
+        in flight); empty without such sources. Grain workers only plan: their metadata
+        reads are theirs, not counted here.
+
+        Example:
+          >>> import tempfile, numpy as np, grainpack as gp
+          >>> path = tempfile.mkdtemp() + "/c"
+          >>> _ = gp.write_corpus(path, [np.arange(1, 40)] * 4)
+          >>> cfg = gp.PipelineConfig(sources={"c": path}, block=8, global_batch_size=2)
+          >>> iter(gp.make_dataset(cfg)).remote_stats()  # a local corpus
+          {}
+        """
+        names, sources = self._batches.config.sources, self._batches.sources
+        return {
+            name: source.stats
+            for name, source in zip(names, sources)
+            if getattr(source, "remote", False)
+        }
+
     def close(self) -> None:
         """Stops the worker processes, if any (the next batch starts them again at the same
         step). Called at interpreter exit for iterators still open."""
         self._registry.discard(self)
         inner, self._inner = self._inner, None  # detached first: a Ctrl-C inside close()
         if inner is not None:  # leaves no half-closed iterator to read from
-            inner.close()
+            if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                inner.close()  # closing for a Ctrl-C: another one stops the wait
+                return
+            # A Ctrl-C waits for the workers to stop, then raises: Grain stops them one
+            # by one, and one left running would be stopped in a finalizer, where a
+            # Ctrl-C is lost. A second Ctrl-C raises at once.
+            with interrupts_deferred(once=True):
+                inner.close()
 
     def __enter__(self) -> PipelineIterator:
         return self

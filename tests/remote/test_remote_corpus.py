@@ -312,3 +312,15 @@ def test_documents_written_with_file_urls_read_as_local_paths(tmp_path):
     gp.write_corpus(tmp_path / "c", documents(3, 20, 50))
     source = gp.open_corpus(f"file://{tmp_path}/c")
     assert type(source).__name__ == "TokenShardSource" and len(source) == 20
+
+
+def test_the_iterator_reports_what_its_remote_sources_fetched(corpora):
+    local, remote = configs(corpora, CONFIGS["mixed-provenance"])
+    it = iter(gp.make_dataset(remote))
+    next(it)
+    stats = it.remote_stats()
+    assert sorted(stats) == ["en", "fr"]
+    for name in ("en", "fr"):
+        assert stats[name]["requests"] >= 2 and stats[name]["bytes"] > 2000
+        assert stats[name]["pieces"] > 0 and stats[name]["in_flight"] >= 0
+    assert iter(gp.make_dataset(local)).remote_stats() == {}
