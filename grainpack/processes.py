@@ -63,12 +63,16 @@ def starting_children() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
+def interrupts_deferred(*, once: bool = False) -> Iterator[None]:
     """Holds back a Ctrl-C (SIGINT) received in the body until the body ends, where it
     raises as usual (``KeyboardInterrupt``), so that it cannot fall between taking a
     resource (a lock's file descriptor) and registering its release. Python handles signals
     in the main thread only: elsewhere, or where SIGINT is not handled by a Python
     function (ignored, the default action), this does nothing.
+
+    Args:
+      once: hold back the first Ctrl-C only: a second one raises at once (standing for
+        both), for a body that may wait long, such as stopping processes.
 
     Example:
         >>> previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -88,7 +92,16 @@ def interrupts_deferred() -> Iterator[None]:
         yield
         return
     received: list[int] = []  # not the frame: it would keep the body's objects alive
-    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+
+    def hold(signum: int, frame: object) -> None:
+        if once and received:
+            received.clear()  # this one stands for both
+            signal.signal(signal.SIGINT, handler)
+            handler(signum, frame)
+        else:
+            received.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
     try:
         yield
     finally:
