@@ -14,7 +14,13 @@ import tempfile
 import pytest
 
 # files whose every test starts processes of its own (besides tests marked multiprocess)
-PROCESS_FILES = {"test_crash.py", "test_distributed.py", "test_multihost.py", "multihost.ipynb"}
+PROCESS_FILES = {
+    "test_crash.py",
+    "test_ctrl_c_workers.py",
+    "test_distributed.py",
+    "test_multihost.py",
+    "multihost.ipynb",
+}
 
 
 @pytest.fixture(autouse=True)
