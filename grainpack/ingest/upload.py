@@ -12,8 +12,10 @@ staging folder, ``$GRAINPACK_CACHE/uploads/<sha256 of the URL>/corpus``
    takes it over.
 3. Every file but the manifest is checked against the manifest's sha256 and uploaded
    (``in_flight`` at a time; multipart in parts of ``part_bytes`` above that size), its
-   sha256 stored as the object's ``grainpack-sha256`` metadata. An object already there
-   with the same size and sha256 (a killed run's upload) is kept, not uploaded again.
+   sha256 stored as the object's ``grainpack-sha256`` metadata (S3 also checks each
+   request's body against the sha256 signed with it). An object already there with the
+   same size and sha256 (a killed run's upload) is kept, not uploaded again; a multipart
+   upload cut short is not resumed: its object is uploaded again, whole.
 4. One listing checks every object's size and that its ETag is the one its upload (or the
    check that kept it) saw: an object replaced meanwhile is refused, nothing published.
 5. ``manifest.json`` is put with ``If-None-Match: *``: the commit point. A killed or failed
@@ -30,13 +32,9 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import hashlib
-import json
 import logging
 import os
-import secrets
 import shutil
-import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,17 +43,25 @@ from grainpack.corpus.cache import cache_root
 from grainpack.corpus.errors import CorpusError, CorpusExistsError
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import MANIFEST_NAME, PathLike, read_manifest
-from grainpack.corpus.remote import RemoteOptions, _Client
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.urls import output_url
-from grainpack.ingest.transaction import write_lock, write_synced
+from grainpack.ingest.bucket import (
+    LOCK_NAME,
+    Bucket,
+    in_progress,
+    lock_holder,
+    release_lock,
+    take_lock,
+    token_path,
+    write_token,
+)
+from grainpack.ingest.transaction import write_lock
 
 __all__ = ["LOCK_NAME", "UploadOptions", "publish", "staging_root", "write_to_url"]
 
 logger = logging.getLogger(__name__)
 
 MiB = 1 << 20
-LOCK_NAME = ".grainpack-write"  # the object that marks a write in progress
 SHA256_KEY = "grainpack-sha256"  # the metadata of an uploaded object: its sha256
 
 
@@ -141,88 +147,11 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _token_path(folder: Path) -> Path:
-    return folder.parent / f".{folder.name}.upload-token"
-
-
-def _token(folder: Path) -> str:
-    """This staging folder's write token (kept beside it, written durably before the lock
-    object names it): a resumed write from the same folder takes over its lock object."""
-    path = _token_path(folder)
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        token = secrets.token_hex(16)
-        write_synced(path, token.encode())
-        return token
-
-
-class _Store:
-    """The objects under one corpus URL, through the read side's client."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.client = _Client(url, RemoteOptions.from_env(), lambda key, value: None)
-
-    def call(self, name: str, doing: str, call: Callable[[Any], Any]) -> Any:
-        """``call(store)`` with the client's retries; errors name ``URL/name``."""
-
-        def attempt() -> Any:
-            self.client._ready()
-            return call(self.client._store)
-
-        return self.client._attempts(f"{self.url}/{name}", doing, attempt)
-
-    def read(self, name: str) -> bytes | None:
-        """The object ``name``, or ``None`` if there is none."""
-        import obstore
-        from obstore.exceptions import NotFoundError
-
-        def get(store: Any) -> bytes | None:
-            try:
-                return bytes(obstore.get(store, name).bytes())
-            except (NotFoundError, FileNotFoundError):
-                return None
-
-        return self.call(name, "reading it", get)
-
-    def describe(self, name: str) -> tuple[dict[str, Any], dict[str, str]] | None:
-        """The metadata and attributes of ``name`` (a HEAD), or ``None`` if there is none."""
-        import obstore
-        from obstore.exceptions import NotFoundError
-
-        def head(store: Any) -> tuple[dict[str, Any], dict[str, str]] | None:
-            try:
-                result = obstore.get(store, name, options={"head": True})
-            except (NotFoundError, FileNotFoundError):
-                return None
-            return result.meta, dict(result.attributes)
-
-        return self.call(name, "reading its metadata (HEAD)", head)
-
-    def create(self, name: str, data: bytes) -> bool:
-        """Puts ``name`` only if no object has that name (``If-None-Match: *``); whether it
-        was created."""
-        import obstore
-        from obstore.exceptions import AlreadyExistsError
-
-        def put(store: Any) -> bool:
-            try:
-                obstore.put(store, name, data, mode="create")
-            except AlreadyExistsError:
-                return False
-            return True
-
-        return self.call(name, "creating it (conditional put)", put)
-
-
 def _upload(
-    store: _Store, folder: Path, item: tuple[str, str, int], options: UploadOptions
+    store: Bucket, folder: Path, item: tuple[str, str, int], options: UploadOptions
 ) -> tuple[str | None, bool]:
     """Uploads one file unless an object with its size and sha256 is there: its ETag, and
     whether it was uploaded."""
-    import obstore
-
     name, sha, size = item
     found = store.describe(name)
     if found is not None and found[0]["size"] == size and found[1].get(SHA256_KEY) == sha:
@@ -232,23 +161,14 @@ def _upload(
             f"{folder / name}: its sha256 is not the one its manifest records: the staged "
             f"corpus was damaged; delete {folder} and write again (nothing was published)"
         )
-    result = store.call(
-        name,
-        "uploading it",
-        lambda s: obstore.put(
-            s,
-            name,
-            folder / name,
-            attributes={SHA256_KEY: sha},
-            chunk_size=options.part_bytes,
-            max_concurrency=options.part_concurrency,
-        ),
+    etag = store.upload(
+        name, folder / name, {SHA256_KEY: sha}, options.part_bytes, options.part_concurrency
     )
-    return result.get("e_tag"), True
+    return etag, True
 
 
 def _upload_all(
-    store: _Store, folder: Path, files: list[tuple[str, str, int]], options: UploadOptions
+    store: Bucket, folder: Path, files: list[tuple[str, str, int]], options: UploadOptions
 ) -> list[tuple[str | None, bool]]:
     """:func:`_upload` of every file, ``in_flight`` at a time; on a failure or an interrupt
     the uploads not started are cancelled (those in flight finish)."""
@@ -260,15 +180,9 @@ def _upload_all(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _check_listing(store: _Store, files: list[tuple[str, str, int]], etags: list[Any]) -> None:
+def _check_listing(store: Bucket, files: list[tuple[str, str, int]], etags: list[Any]) -> None:
     """Every uploaded object is there, of its size, with the ETag its upload saw."""
-    import obstore
-
-    listed = {
-        meta["path"]: meta
-        for batch in store.call("", "listing it", lambda s: list(obstore.list(s)))
-        for meta in batch
-    }
+    listed = store.listing()
     for (name, _, size), etag in zip(files, etags):
         meta = listed.get(name)
         now = None if meta is None else (meta["size"], meta.get("e_tag"))
@@ -279,50 +193,6 @@ def _check_listing(store: _Store, files: list[tuple[str, str, int]], etags: list
                 f"bytes, ETag {etag}): another process writes under {store.url}. Nothing was "
                 "published; make sure no other job writes there, then run the write again"
             )
-
-
-def _lock_text(token: str) -> bytes:
-    holder = {"token": token, "host": socket.gethostname(), "pid": os.getpid()}
-    holder["started"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return json.dumps(holder).encode()
-
-
-def _holder(raw: bytes | None) -> dict[str, Any]:
-    try:
-        found = json.loads(raw or b"")
-        return found if isinstance(found, dict) else {}
-    except ValueError:
-        return {}
-
-
-def _take(store: _Store, token: str) -> None:
-    """Creates the lock object, or takes over this staging folder's own (a killed write)."""
-    if store.create(LOCK_NAME, _lock_text(token)):
-        return
-    holder = _holder(store.read(LOCK_NAME))
-    if holder.get("token") != token:
-        raise CorpusExistsError(_in_progress(store.url, holder))
-
-
-def _in_progress(url: str, holder: dict[str, Any]) -> str:
-    who = ", ".join(f"{k} {holder.get(k)}" for k in ("host", "pid", "started"))
-    return (
-        f"another write of {url} is in progress ({url}/{LOCK_NAME}: {who}): wait for it to "
-        f"finish, or write elsewhere; if that write was killed and will not be resumed from "
-        f"its host, delete {url}/{LOCK_NAME} and run this one again"
-    )
-
-
-def _release(store: _Store, token: str) -> None:
-    """Deletes the lock object if it is this write's (a failure only warns: the corpus is
-    published, and the lock object blocks no reader)."""
-    import obstore
-
-    try:
-        if _holder(store.read(LOCK_NAME)).get("token") == token:
-            store.call(LOCK_NAME, "deleting it", lambda s: obstore.delete(s, LOCK_NAME))
-    except CorpusError as err:
-        logger.warning("%s was published, but its lock object stays: %s", store.url, err)
 
 
 def _exists(url: str) -> CorpusExistsError:
@@ -375,18 +245,18 @@ def publish(folder: PathLike, url: str, *, options: UploadOptions | None = None)
     options = UploadOptions.from_env() if options is None else options
     staged = (folder / MANIFEST_NAME).read_bytes()
     files = _files(folder, read_manifest(folder))
-    store = _Store(target)
+    store = Bucket(target)
     lock = write_lock(folder.parent / f"{folder.name}.publish")  # one publish per folder
     try:
-        token = _token(folder)
+        token = write_token(folder)
         existing = store.read(MANIFEST_NAME)
         if existing is not None:
             if existing != staged:
                 raise _exists(target)
-            _release(store, token)
+            release_lock(store, token)
             logger.info("%s: already published (the same manifest is there)", target)
             return PublishReport(0, 0, 0, already=True)
-        _take(store, token)
+        take_lock(store, token)
         try:
             done = _upload_all(store, folder, files, options)
             _check_listing(store, files, [etag for etag, _ in done])
@@ -396,9 +266,9 @@ def publish(folder: PathLike, url: str, *, options: UploadOptions | None = None)
                     "appeared during this upload); nothing of this write was published"
                 )
         except Exception:  # (an interrupt keeps the lock object: the same write resumes)
-            _release(store, token)
+            release_lock(store, token)
             raise
-        _release(store, token)
+        release_lock(store, token)
     finally:
         lock.release()
     uploaded = [item for item, (_, new) in zip(files, done) if new]
@@ -409,27 +279,44 @@ def publish(folder: PathLike, url: str, *, options: UploadOptions | None = None)
 
 def check_url_target(url: str, near: PathLike | None = None) -> None:
     """Raises now what publishing at ``url`` would raise later (a corpus there, another
-    write in progress), so that a long job fails before its work. A corpus there that this
-    host's interrupted write published (its staged manifest is the same) is reported as
-    such, and that write's staging folder removed."""
-    store = _Store(url)
+    write in progress), so that a long job fails before its work. A corpus there makes this
+    host's staging folder of ``url`` useless: it is removed (with the lock object, if it is
+    that folder's: a write killed after publishing), unless a write here still uses it."""
+    store = Bucket(url)
     existing = store.read(MANIFEST_NAME)
     root = staging_root(url, near)
     if existing is not None:
         staged = root / "corpus" / MANIFEST_NAME
-        if staged.is_file() and staged.read_bytes() == existing:
-            _release(store, _token(root / "corpus"))
-            shutil.rmtree(root, ignore_errors=True)
+        ours = staged.is_file() and staged.read_bytes() == existing
+        _discard(store, root)
+        if ours:
             raise CorpusExistsError(
                 f"{url} already holds a corpus: the one an interrupted write from this host "
                 "published (its staging folder is now removed); it is complete: open it"
             )
         raise _exists(url)
-    holder = _holder(store.read(LOCK_NAME))
-    token_file = _token_path(root / "corpus")
+    holder = lock_holder(store)
+    token_file = token_path(root / "corpus")
     mine = token_file.is_file() and token_file.read_text().strip() == holder.get("token")
     if holder and not mine:
-        raise CorpusExistsError(_in_progress(url, holder))
+        raise CorpusExistsError(in_progress(url, holder))
+
+
+def _discard(store: Bucket, root: Path) -> None:
+    """Removes the staging folder ``root`` of a URL that holds a corpus, and the lock object
+    if it is that folder's; nothing if a write on this host holds ``root``."""
+    if not root.is_dir():
+        return
+    try:
+        lock = write_lock(root / "write")
+    except CorpusExistsError:
+        return
+    try:
+        if (token := token_path(root / "corpus")).is_file():
+            release_lock(store, token.read_text().strip())
+        shutil.rmtree(root, ignore_errors=True)
+    finally:
+        lock.release()
 
 
 def write_to_url(

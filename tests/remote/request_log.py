@@ -9,7 +9,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-_LINE = re.compile(r'"([A-Z]+) (\S+) HTTP/[\d.]+" (\d{3})')
+# werkzeug colours the lines of some statuses (ANSI escapes inside the quotes)
+_LINE = re.compile(r'"(?:\x1b\[[\d;]*m)?([A-Z]+) (\S+) HTTP/[\d.]+(?:\x1b\[0m)?" (\d{3})')
 
 
 class RequestLog(logging.Handler):
@@ -18,13 +19,23 @@ class RequestLog(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.requests: list[tuple[str, str, int]] = []
-        self._guard = threading.Lock()
+        self._guard = threading.Condition()
 
     def emit(self, record: logging.LogRecord) -> None:
         found = _LINE.search(record.getMessage())
         if found:
             with self._guard:
                 self.requests.append((found[1], found[2], int(found[3])))
+                self._guard.notify_all()
+
+    def wait_for(self, prefix: str, count: int, timeout: float) -> bool:
+        """Waits until ``count`` requests on paths under ``/prefix`` were answered; whether
+        they were within ``timeout`` seconds."""
+        with self._guard:
+            return self._guard.wait_for(
+                lambda: sum(p.startswith(f"/{prefix}") for _, p, _ in self.requests) >= count,
+                timeout,
+            )
 
     def count(self, method: str, prefix: str) -> int:
         """Successful (2xx) requests of ``method`` on paths under ``/prefix``."""

@@ -93,6 +93,24 @@ def test_write_corpus_to_a_url_is_the_local_corpus(s3, tmp_path):
     assert not staging_root(url).exists()  # removed after the publish
 
 
+def test_a_large_object_is_uploaded_in_parts(s3, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAINPACK_UPLOAD_PART_BYTES", str(5 << 20))
+    tokens = np.arange(3 << 20, dtype=np.int64) % 65000  # 6 MiB of uint16: two parts
+    url = new_url("multipart")
+    with request_log() as log:
+        remote = gp.write_corpus(url, [tokens[:100], tokens[100:]])
+    assert remote.num_tokens == 3 << 20
+    # POST: start and complete; PUT: 2 parts, offsets, summary, lock object, manifest
+    assert (log.count("POST", prefix(url)), log.count("PUT", prefix(url))) == (2, 6)
+    from moto.backends import get_backend
+    from moto.core import DEFAULT_ACCOUNT_ID
+
+    keys = get_backend("s3")[DEFAULT_ACCOUNT_ID]["aws"].buckets[BUCKET].keys
+    assert keys[url.removeprefix(f"s3://{BUCKET}/") + "/tokens-00000.bin"].etag.endswith('-2"')
+    np.testing.assert_array_equal(remote[1][-5:], tokens[-5:])
+    assert gp.verify_corpus(url).num_tokens == 3 << 20
+
+
 def test_a_second_write_of_a_url_is_refused_before_any_upload(s3):
     url = new_url("twice")
     gp.write_corpus(url, [[1, 2], [3]])
@@ -295,7 +313,21 @@ class Zygote:
         self.process.wait(timeout=30)
 
 
-KILL_DOCS = dict(seed=7, count=120, shard_tokens=700)  # 6 shards: 18 objects and a manifest
+def settle(before: set[threading.Thread]) -> None:
+    """Waits until the server has answered every request of a dead client: the threads that
+    serve connections opened since ``before`` end when their client's sockets close."""
+    for thread in threading.enumerate():
+        if thread not in before and "process_request_thread" in thread.name:
+            while True:
+                try:  # (one just accepted may not be running yet)
+                    thread.join(timeout=30)
+                    break
+                except RuntimeError:
+                    threading.Event().wait(0.001)
+            assert not thread.is_alive(), "a request of the killed writer is still served"
+
+
+KILL_DOCS = dict(seed=7, count=120, shard_tokens=1100)  # 4 shards: 12 objects, a manifest
 
 
 @pytest.mark.slow
@@ -313,28 +345,38 @@ def test_a_write_killed_at_random_points_leaves_no_manifest_or_a_whole_corpus(s3
         for s in manifest["shards"]
         for kind in ("tokens", "offsets", "summary")
     }
-    assert len(files) == 18
+    assert len(files) == 12
     zygote = Zygote()
     try:
-        url = new_url("calibrate")
-        zygote.send(op="write", tag="c", url=url, **KILL_DOCS)
-        pid = int(zygote.expect("c", "pid"))
-        whole = float(zygote.expect("c", "done"))  # an uninterrupted write's seconds
-        zygote.send(op="reap", tag="c", pid=pid)
-        assert zygote.expect("c", "exit") == "0"
+        for k in range(2):  # uninterrupted writes: the requests the second makes (the
+            with request_log() as log:  # first also fills the host's metadata cache)
+                url = new_url("calibrate")
+                zygote.send(op="write", tag=f"c{k}", url=url, **KILL_DOCS)
+                pid = int(zygote.expect(f"c{k}", "pid"))
+                zygote.expect(f"c{k}", "done")
+                zygote.send(op="reap", tag=f"c{k}", pid=pid)
+                assert zygote.expect(f"c{k}", "exit") == "0"
+        methods = [m for m, path, _ in log.requests if path.startswith(f"/{prefix(url)}")]
+        # its own reads, the lock object, a HEAD and a PUT per object, the listing, the
+        # manifest, the lock object again, then the open's reads
+        assert methods[:6] == ["GET", "GET", "GET", "PUT", "HEAD", "HEAD"], methods
         rng = random.Random(33)
         outcomes = {"no manifest": 0, "complete": 0}
         kept_total = 0
         for case in range(100):
             sig = signal.SIGINT if case % 3 == 2 else signal.SIGKILL
             url, tag = new_url(f"kill{case}"), f"k{case}"
-            zygote.send(op="write", tag=tag, url=url, **KILL_DOCS)
-            pid = int(zygote.expect(tag, "pid"))
-            threading.Event().wait(rng.uniform(0, 0.8 * whole))
+            before = set(threading.enumerate())
+            point = rng.randrange(len(methods))  # killed after this many answers
+            with request_log() as log:
+                zygote.send(op="write", tag=tag, url=url, **KILL_DOCS)
+                pid = int(zygote.expect(tag, "pid"))
+                log.wait_for(prefix(url), point, timeout=5)
             os.kill(pid, sig)
             zygote.send(op="reap", tag=tag, pid=pid)
             status = int(zygote.expect(tag, "exit"))
             assert status in (0, 1, 130, -signal.SIGKILL, -signal.SIGINT), (case, status)
+            settle(before)  # requests it sent before it died are answered (or never will be)
             stored = objects(url)
             if "manifest.json" in stored:  # published: complete, and verifies
                 outcomes["complete"] += 1
@@ -342,6 +384,7 @@ def test_a_write_killed_at_random_points_leaves_no_manifest_or_a_whole_corpus(s3
                 with request_log() as log, pytest.raises(CorpusExistsError):
                     gp.write_corpus(url, [[1]])
                 assert log.count("PUT", prefix(url)) == 0
+                assert LOCK_NAME not in objects(url) and not staging_root(url).exists()
                 continue
             outcomes["no manifest"] += 1
             # the rerun uploads exactly what is missing (or not whole), a lock object if
@@ -358,14 +401,15 @@ def test_a_write_killed_at_random_points_leaves_no_manifest_or_a_whole_corpus(s3
                     kill_documents(KILL_DOCS["seed"], KILL_DOCS["count"]),
                     shard_tokens=KILL_DOCS["shard_tokens"],
                 )
-            assert log.count("PUT", prefix(url)) == expected, (case, sorted(kept))
+            puts = [r for r in log.requests if r[0] == "PUT" and prefix(url) in r[1]]
+            assert log.count("PUT", prefix(url)) == expected, (case, sorted(stored), puts)
             assert again.fingerprint == reference.fingerprint
             assert gp.verify_corpus(url).fingerprint == reference.fingerprint
             assert LOCK_NAME not in objects(url) and not staging_root(url).exists()
             kept_total += len(kept)
         print(f"{outcomes}, {kept_total} objects kept by reruns")
         # the random points fell before, during and after the uploads
-        assert outcomes["complete"] >= 5 and outcomes["no manifest"] >= 30, outcomes
+        assert outcomes["complete"] >= 3 and outcomes["no manifest"] >= 30, outcomes
         assert kept_total >= 50, kept_total
     finally:
         zygote.close()
