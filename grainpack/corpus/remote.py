@@ -657,12 +657,16 @@ class RemoteShardSource(TokenShardSource):
             if b <= a:
                 continue
             lo, hi, t = a * items, b * items, t * items
-            if not (held[0] == k and held[1] <= lo and hi <= held[2]):
-                entry = self._ranges.entry(k, lo, hi)
-                if entry is not None:
+            while lo < hi:  # from the ranges held, which may split it (a window's cells)
+                if not (held[0] == k and held[1] <= lo < held[2]):
+                    entry = self._ranges.entry(k, lo, lo + 1)
+                    if entry is None:
+                        break
                     held = (k, *entry)
-            if held[0] == k and held[1] <= lo and hi <= held[2]:
-                into[t : t + hi - lo] = held[3][lo - held[1] : hi - held[1]]
+                end = min(hi, held[2])
+                into[t : t + end - lo] = held[3][lo - held[1] : end - held[1]]
+                lo, t = end, t + end - lo
+            if lo == hi:
                 hits += 1
                 continue
             for s in range(lo, hi, request):  # a long piece: requests of request_bytes

@@ -324,3 +324,16 @@ def test_the_iterator_reports_what_its_remote_sources_fetched(corpora):
         assert stats[name]["requests"] >= 2 and stats[name]["bytes"] > 2000
         assert stats[name]["pieces"] > 0 and stats[name]["in_flight"] >= 0
     assert iter(gp.make_dataset(local)).remote_stats() == {}
+
+
+def test_a_window_read_ahead_serves_its_pieces_without_requests(corpora):
+    local, url = corpora["en"]
+    source = open_remote(url, options=RemoteOptions(request_bytes=2048, memory_bytes=1 << 20))
+    opened = source.stats["requests"]
+    source.read_ahead([(0, 292)])  # shard 0: 15,984 bytes, 16 cells of 1,024 bytes
+    source._cells.wait([(0, 0, 15_984)])
+    # its 2 offsets pages (one a request, of 2 KiB at most), 8 for the cells (two a request)
+    assert (source.stats["requests"] - opened, source.stats["window_bytes"]) == (2 + 8, 15_984)
+    expected = gp.open_corpus(local).read_tokens(500, 7000)
+    np.testing.assert_array_equal(source.read_tokens(500, 7000), expected)  # across cells
+    assert source.stats["requests"] - opened == 10
