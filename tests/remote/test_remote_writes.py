@@ -157,6 +157,12 @@ def test_the_cli_builds_and_merges_to_a_url(s3, tmp_path, capsys):
     assert f"wrote {url}: 2 documents, 10 tokens" in capsys.readouterr().out
     assert [bytes(d.astype(np.uint8)) for d in gp.open_corpus(url)] == [b"hello", b"world"]
     np.save(tmp_path / "ids.npy", np.array([[1, 2, 3], [4, 5, 6]]))
+    ids = new_url("cli-ids")  # token ids: convert_inputs
+    assert main(["build", str(tmp_path / "ids.npy"), "-o", ids, "--shuffle", "1"]) == 0
+    assert f"wrote {ids}: 2 documents, 6 tokens, uint16; stored in the random order" in (
+        capsys.readouterr().out
+    )
+    assert sorted(d.tolist() for d in gp.open_corpus(ids)) == [[1, 2, 3], [4, 5, 6]]
     assert main(["build", str(tmp_path / "ids.npy"), "-o", str(tmp_path / "ids")]) == 0
     merged = new_url("cli-merge")
     assert main(["merge", str(tmp_path / "ids"), str(tmp_path / "ids"), "-o", merged]) == 0
