@@ -158,28 +158,26 @@ class StagedReader:
                 at[lo:hi].tolist(),
             )
 
-    def _bytes(self, chunk: int) -> int:
-        p0, p1 = self._span(chunk)
-        return int(self.staged.piece_bytes[p0:p1].sum())
-
-    def _submit(self, chunk: int) -> bool:
-        """Starts fetching chunk ``chunk`` of every remote source; False if it was."""
-        started = False
+    def _submit(self, chunk: int) -> None:
+        """Starts fetching chunk ``chunk`` of every remote source (unless it was)."""
         for j, source in zip(self.staged.pieces, self._remote()):
             if (j, chunk) not in self.futures:
                 self.futures[(j, chunk)] = stager(source).submit(self._fill, j, chunk)
-                started = True
-        return started
 
     def read(self, first: int, stop: int, **options: Any) -> np.ndarray:
         """The inner reader's ``read``, once the pieces of rows ``[first, stop)`` are here."""
         if self.chunk_rows == 0:
             self.chunk_rows = max(stop - first, 1)
-        chunks = (self.staged.packed.num_rows + self.chunk_rows - 1) // self.chunk_rows
+            rows = self.staged.packed.num_rows
+            heads = self.staged.row_pieces[: rows : self.chunk_rows]
+            ends = np.r_[heads[1:], self.staged.row_pieces[rows]]
+            sizes = np.r_[0, np.cumsum(self.staged.piece_bytes)]
+            self.chunk_ends = np.cumsum(sizes[ends] - sizes[heads])  # bytes up to each chunk
+            self.submitted = 0  # chunks [0, submitted) were started
         needed = range(first // self.chunk_rows, (max(stop, first + 1) - 1) // self.chunk_rows + 1)
         for c in needed:
             self._submit(c)
-        wanted = [f for (j, c), f in self.futures.items() if c in needed]
+        wanted = [self.futures[(j, c)] for j in self.staged.pieces for c in needed]
         began = time.perf_counter()
         waited = not all(f.done() for f in wanted)
         for future in wanted:
@@ -188,13 +186,17 @@ class StagedReader:
             for s in self._remote():
                 s._count("wait_seconds", time.perf_counter() - began)
         # then the rows after them: requests that would delay these go out once they are in
-        ahead, c = 0, needed[-1] + 1
-        while c < chunks and ahead < self.lookahead:
-            ahead += self._bytes(c)
-            if self._submit(c):
-                for s in self._remote():
-                    s._count("prefetched_bytes", self._bytes(c))
-            c += 1
+        done = int(self.chunk_ends[needed[-1]])
+        last = int(np.searchsorted(self.chunk_ends, done + self.lookahead, side="left"))
+        last = min(last + 1, len(self.chunk_ends))  # the chunk that reaches the lookahead too
+        start = max(self.submitted, needed[-1] + 1)
+        if last > start:
+            for c in range(start, last):
+                self._submit(c)
+            ahead = int(self.chunk_ends[last - 1] - self.chunk_ends[start - 1])
+            for s in self._remote():
+                s._count("prefetched_bytes", ahead)
+        self.submitted = max(self.submitted, last, needed[-1] + 1)
         return self.reader.read(first, stop, **options)
 
     def __del__(self) -> None:
