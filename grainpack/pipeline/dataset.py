@@ -287,7 +287,8 @@ class PipelineIterator(grain.DatasetIterator):
 
     def close(self) -> None:
         """Stops the worker processes, if any (the next batch starts them again at the same
-        step). Called at interpreter exit for iterators still open."""
+        step). Called at interpreter exit for iterators still open. A Ctrl-C meanwhile is
+        raised once they have stopped (a second one at once)."""
         self._registry.discard(self)
         inner, self._inner = self._inner, None  # detached first: a Ctrl-C inside close()
         if inner is not None:  # leaves no half-closed iterator to read from
