@@ -175,11 +175,21 @@ class StagedReader:
             self.chunk_ends = np.cumsum(sizes[ends] - sizes[heads])  # bytes up to each chunk
             self.submitted = 0  # chunks [0, submitted) were started
         needed = range(first // self.chunk_rows, (max(stop, first + 1) - 1) // self.chunk_rows + 1)
-        for c in needed:
-            self._submit(c)
+        began, inline = time.perf_counter(), False
+        for c in needed:  # not started: read here (no thread to wait for)
+            for j in self.staged.pieces:
+                if (j, c) not in self.futures:
+                    inline = True
+                    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+                    self.futures[(j, c)] = done
+                    try:
+                        self._fill(j, c)
+                        done.set_result(None)
+                    except BaseException as err:
+                        done.set_exception(err)
+                        raise
         wanted = [self.futures[(j, c)] for j in self.staged.pieces for c in needed]
-        began = time.perf_counter()
-        waited = not all(f.done() for f in wanted)
+        waited = inline or not all(f.done() for f in wanted)
         for future in wanted:
             future.result()  # a CorpusError naming the URL, if one failed
         if waited:
