@@ -8,17 +8,16 @@ of the key ``mix_key(seed, epoch, window, BEST_FIT_ROWS_STREAM)``. Epoch ``e`` i
 its windows ``0, 1, ...`` one after another; epochs follow each other.
 
 A window's row count depends on the sizes of its documents, known only by reading them and
-placing them, so rows are located from **anchors**: an anchor (:class:`Anchor`) is where a
-window's first row lies: its occurrence in the stream, its row in its epoch and the real
-tokens before it. The start of the stream is one. Walking forward from an anchor counts one
-window (``O(K*C log(K*C))``) and gives the next window's anchor; after an epoch's last window,
-the next epoch's first. So a run going forward counts each window once, as it packs it for its
-rows (cached; the next one packed ahead on the background thread once the rows asked for pass
-the middle of a window), and never counts an epoch at once. A checkpoint state carries each
-source's anchor (:meth:`BestFitRows.anchor_of` the source's first row of the batch before the
-step), so a restore counts one window. Without one (an older state, a far step asked for the
-first time) the walk starts from the nearest anchor known and is refused past
-``replay_limit`` documents, as replaying epochs is.
+placing them, so rows are located from **anchors** (:mod:`grainpack.index.anchors`: where a
+window's first row lies), the start of the stream always one. Walking forward from an anchor
+counts one window (``O(K*C log(K*C))``) and gives the next window's anchor; after an epoch's
+last window, the next epoch's first. So a run going forward counts each window once, as it
+packs it for its rows (cached; the next one packed ahead on the background thread once the
+rows asked for pass the middle of a window), and never counts an epoch at once. A checkpoint
+state carries each source's anchor (:meth:`BestFitRows.anchor_of` the source's first row of
+the batch before the step), so a restore counts one window. Without one (an older state, a
+far step asked for the first time) the walk starts from the nearest anchor known and is
+refused past ``replay_limit`` documents, as replaying epochs is.
 
 In the exact order without a selector every epoch has the same rows (the same sizes): rows
 are located by a division, as the concatenating stream's are.
@@ -26,22 +25,14 @@ are located by a division, as the concatenating stream's are.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple
 
 import numpy as np
 
+from grainpack.index.anchors import Anchor, Anchors
 from grainpack.index.blocked import BlockedRows, _prefetcher, mix_key
-from grainpack.index.placement import (
-    Kernel,
-    PackedWindow,
-    best_fit_rows,
-    count_rows,
-    pack_window,
-)
+from grainpack.index.placement import Kernel, PackedWindow, best_fit_rows, count_rows, pack_window
 from grainpack.index.plancache import PlanCache
 from grainpack.index.stream import EpochRows, SourceRows, Spans
 
@@ -57,29 +48,6 @@ __all__ = [
 
 BEST_FIT_ROWS_STREAM = 0xBF17  # the last word of the key of a window's row order
 _CACHED = 3  # packed windows: the one before, the current one, the next one
-
-
-class Anchor(NamedTuple):
-    """Where window ``window`` of ``epoch`` starts: its first row is occurrence
-    ``occurrence`` of the stream and row ``row`` of its epoch, after ``tokens`` real tokens
-    of the stream. Anchors sort by (epoch, window), and so by occurrence."""
-
-    epoch: int
-    window: int
-    occurrence: int
-    row: int
-    tokens: int
-
-
-_START = Anchor(0, 0, 0, 0, 0)
-
-
-def _occurrence(anchor: Anchor) -> int:
-    return anchor.occurrence
-
-
-def _place(anchor: Anchor) -> tuple[int, int]:
-    return anchor.epoch, anchor.window
 
 
 class BestFitRows(EpochRows):
@@ -128,17 +96,7 @@ class BestFitRows(EpochRows):
         self._rows_per_epoch: int | None = None
         self._epoch_starts = np.zeros(1, dtype=np.int64)
         self._plans = PlanCache()
-        self._anchors = [_START]  # sorted; every window walked to or restored
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._anchors = Anchors()  # every window walked to or restored
 
     @property
     def rows_per_epoch(self) -> int | None:  # type: ignore[override]
@@ -172,8 +130,7 @@ class BestFitRows(EpochRows):
         """Epochs before the furthest anchor known: locating past it counts windows."""
         if self.rows_per_epoch is not None:
             return super().planned_epochs
-        with self._lock:
-            return self._anchors[-1].epoch
+        return self._anchors.last.epoch
 
     # -- windows, cached -------------------------------------------------------------------
 
@@ -217,10 +174,8 @@ class BestFitRows(EpochRows):
         """``(rows, real tokens)`` of the anchor's window: from the next window's anchor when
         it is known, from its packing when it is cached or ``pack``, else counted
         (:func:`count_rows`: the same rows, no spans built)."""
-        with self._lock:
-            k = bisect.bisect_right(self._anchors, _place(anchor), key=_place)
-            after = self._anchors[k] if k < len(self._anchors) else None
-        if after is not None and _place(after) == self._after(*_place(anchor)):
+        after = self._anchors.after(anchor)
+        if after is not None and after.place == self._after(*anchor.place):
             return after.occurrence - anchor.occurrence, after.tokens - anchor.tokens
         epoch, window = anchor.epoch, anchor.window
         if pack or ("window", epoch, window) in self._plans:
@@ -270,28 +225,17 @@ class BestFitRows(EpochRows):
                 f"an anchor of source {self.name!r} must be {list(Anchor._fields)}: ints >= 0 "
                 f"with window < {self.num_windows} and row <= occurrence; got {list(values)}"
             )
-        with self._lock:
-            k = bisect.bisect_left(self._anchors, _place(anchor), key=_place)
-            if k < len(self._anchors) and _place(self._anchors[k]) == _place(anchor):
-                if self._anchors[k] != anchor:
-                    raise ValueError(
-                        f"an anchor of source {self.name!r}, {list(anchor)}, disagrees with "
-                        f"the one counted for its window, {list(self._anchors[k])}"
-                    )
-                return
-            self._anchors.insert(k, anchor)
+        known = self._anchors.add(anchor)
+        if known != anchor:
+            raise ValueError(
+                f"an anchor of source {self.name!r}, {list(anchor)}, disagrees with the one "
+                f"counted for its window, {list(known)}"
+            )
 
     def anchor_of(self, occurrence: int) -> Anchor:
         """The anchor of the window that holds row ``occurrence`` of the stream (counting
         the windows from the nearest anchor known before it)."""
         return self._window_of(occurrence)[0]
-
-    def _record(self, anchor: Anchor) -> Anchor:
-        with self._lock:
-            k = bisect.bisect_left(self._anchors, _place(anchor), key=_place)
-            if k == len(self._anchors) or _place(self._anchors[k]) != _place(anchor):
-                self._anchors.insert(k, anchor)
-        return anchor
 
     def _walk(
         self, start: Anchor, past: Callable[[Anchor, int], bool], target: str
@@ -321,11 +265,11 @@ class BestFitRows(EpochRows):
                     "states written by this release do), or check the step (a corrupt "
                     "checkpoint state?)"
                 )
-            epoch, window = self._after(*_place(anchor))
+            epoch, window = self._after(*anchor.place)
             if epoch > anchor.epoch and anchor.row + rows == 0:
                 raise self._kept_nothing(anchor.epoch, self.seed)
             row = anchor.row + rows if epoch == anchor.epoch else 0
-            anchor = self._record(
+            anchor = self._anchors.add(
                 Anchor(epoch, window, anchor.occurrence + rows, row, anchor.tokens + tokens)
             )
             rows, tokens = self._count(anchor, pack=steps == 1)
@@ -333,10 +277,7 @@ class BestFitRows(EpochRows):
 
     def _window_of(self, occurrence: int) -> tuple[Anchor, int]:
         """The anchor and rows of the window holding row ``occurrence`` of the stream."""
-        with self._lock:
-            start = self._anchors[
-                bisect.bisect_right(self._anchors, occurrence, key=_occurrence) - 1
-            ]
+        start = self._anchors.at_occurrence(occurrence)
         return self._walk(
             start, lambda a, rows: occurrence >= a.occurrence + rows, f"row {occurrence:,}"
         )
@@ -344,20 +285,15 @@ class BestFitRows(EpochRows):
     def window_anchor(self, epoch: int, window: int) -> Anchor:
         """The anchor of window ``window`` of ``epoch`` (counting the windows from the
         nearest anchor known before it)."""
-        with self._lock:
-            start = self._anchors[
-                bisect.bisect_right(self._anchors, (epoch, window), key=_place) - 1
-            ]
+        start = self._anchors.at_place(epoch, window)
         return self._walk(
-            start, lambda a, rows: _place(a) < (epoch, window), f"window {window} of epoch {epoch}"
+            start, lambda a, rows: a.place < (epoch, window), f"window {window} of epoch {epoch}"
         )[0]
 
     def _origin(self, epoch: int) -> int:
         """The occurrence of the first row of ``epoch``, from any anchor known in it."""
-        with self._lock:
-            k = bisect.bisect_left(self._anchors, (epoch, 0), key=_place)
-            known = self._anchors[k] if k < len(self._anchors) else None
-        if known is None or known.epoch != epoch:
+        known = self._anchors.first_in(epoch)
+        if known is None:
             known = self.window_anchor(epoch, 0)
         return known.occurrence - known.row
 

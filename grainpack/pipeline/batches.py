@@ -126,7 +126,7 @@ class PipelineBatches:
         # (slot, per-source counts before it), known from a restored state: the mixer's count
         # cache starts there, in this process and in every worker it is pickled to.
         self.anchor: tuple[int, tuple[int, ...]] | None = None
-        # best_fit in the blocked order: per source, the anchor (grainpack.index.bestfit.Anchor
+        # best_fit in the blocked order: per source, the anchor (grainpack.index.anchors.Anchor
         # fields) of a window a restored state gave, where locating its rows starts (in this
         # process and in every worker it is pickled to).
         self.window_anchors: tuple[tuple[int, ...], ...] | None = None

@@ -9,7 +9,7 @@ three versions:
   ``counts``, the rows each source gave before the step, so that a restore does not count
   every earlier slot;
 * version 3 (``packing="best_fit"`` in such an order): the same and ``anchors``, per source
-  the five ints of a :class:`~grainpack.index.bestfit.Anchor` (epoch, window, occurrence,
+  the five ints of a :class:`~grainpack.index.anchors.Anchor` (epoch, window, occurrence,
   row in the epoch, real tokens before) of the window holding its first row of the batch
   before the step, so that a restore counts one window, not every earlier one.
 
@@ -36,7 +36,7 @@ COUNTED_STATE_KEYS = (*STATE_KEYS, "counts")
 COUNTED_STATE_VERSION = 2
 ANCHORED_STATE_KEYS = (*COUNTED_STATE_KEYS, "anchors")
 ANCHORED_STATE_VERSION = 3
-ANCHOR_FIELDS = 5  # grainpack.index.bestfit.Anchor: epoch, window, occurrence, row, tokens
+ANCHOR_FIELDS = 5  # grainpack.index.anchors.Anchor: epoch, window, occurrence, row, tokens
 CHECK_KEY = "check"  # optional in both versions: states written before it are still read
 
 

@@ -6,6 +6,7 @@ window once (no epoch is counted at once), and workers get them."""
 from __future__ import annotations
 
 import collections
+import json
 import pickle
 import re
 
@@ -210,3 +211,21 @@ def test_a_restore_with_workers_continues_exactly(paths, reference):
         assert_continues(reference, 143, [restored])
     finally:
         restored.close()
+
+
+def test_orbax_saves_and_restores_the_anchors(paths, reference, tmp_path):
+    ocp = pytest.importorskip("orbax.checkpoint")
+    cfg = config(paths)
+    it = iterators(cfg, 1)[0]
+    take(it, 48)
+    options = ocp.CheckpointManagerOptions(create=True)
+    with ocp.CheckpointManager(tmp_path / "ckpt", options=options) as manager:
+        manager.save(48, args=ocp.args.Composite(data=gp.CheckpointSave(it)))
+        manager.wait_until_finished()
+    saved = json.loads((tmp_path / "ckpt/48/data/process_0-of-1.json").read_text())
+    assert saved["anchors"] == [[0, 3, 173, 173, 2731], [0, 2, 104, 104, 1647]]
+    fresh = iterators(cfg, 2)
+    with ocp.CheckpointManager(tmp_path / "ckpt", options=options) as manager:
+        for f in fresh:
+            manager.restore(48, args=ocp.args.Composite(data=gp.CheckpointRestore(f)))
+    assert_continues(reference, 48, fresh)
