@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 # werkzeug colours the lines of some statuses (ANSI escapes inside the quotes)
@@ -16,16 +16,20 @@ _LINE = re.compile(r'"(?:\x1b\[[\d;]*m)?([A-Z]+) (\S+) HTTP/[\d.]+(?:\x1b\[0m)?"
 class RequestLog(logging.Handler):
     """Collects ``(method, path, status)`` of every request the server answers."""
 
-    def __init__(self) -> None:
+    def __init__(self, then: Callable[[str, str, int], None] | None = None) -> None:
         super().__init__(logging.INFO)
         self.requests: list[tuple[str, str, int]] = []
+        self._then = then
         self._guard = threading.Condition()
 
     def emit(self, record: logging.LogRecord) -> None:
         found = _LINE.search(record.getMessage())
         if found:
+            request = (found[1], found[2], int(found[3]))
+            if self._then is not None:  # in the server's thread, right after the answer
+                self._then(*request)
             with self._guard:
-                self.requests.append((found[1], found[2], int(found[3])))
+                self.requests.append(request)
                 self._guard.notify_all()
 
     def wait_for(self, prefix: str, count: int, timeout: float) -> bool:
@@ -47,10 +51,11 @@ class RequestLog(logging.Handler):
 
 
 @contextmanager
-def request_log() -> Iterator[RequestLog]:
-    """The server's request log while the block runs."""
+def request_log(then: Callable[[str, str, int], None] | None = None) -> Iterator[RequestLog]:
+    """The server's request log while the block runs; ``then(method, path, status)`` is
+    called for each request as the server logs it (after answering it)."""
     logger = logging.getLogger("werkzeug")
-    handler, level = RequestLog(), logger.level
+    handler, level = RequestLog(then), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
