@@ -17,7 +17,7 @@ import grainpack as gp
 from grainpack.index.bestfit import BestFitRows
 from grainpack.index.blocked import _prefetcher
 from grainpack.pipeline.batches import PipelineBatches
-from grainpack.pipeline.state import state_check
+from grainpack.pipeline.state import IteratorState, state_check
 
 BLOCKED = gp.BlockedOrder(block_docs=8, window_blocks=4)
 
@@ -229,3 +229,21 @@ def test_orbax_saves_and_restores_the_anchors(paths, reference, tmp_path):
         for f in fresh:
             manager.restore(48, args=ocp.args.Composite(data=gp.CheckpointRestore(f)))
     assert_continues(reference, 48, fresh)
+
+
+def test_a_version_3_state_reads_and_writes_back_the_same_json():
+    state = IteratorState(
+        step=3, process_index=0, process_count=1, fingerprint=7, digest=9, counts=(5, 4),
+        anchors=((0, 1, 2, 2, 40), (0, 0, 0, 0, 0)),
+    )  # fmt: skip
+    saved = {
+        "version": 3, "step": 3, "process_index": 0, "process_count": 1, "fingerprint": 7,
+        "digest": 9, "counts": [5, 4], "anchors": [[0, 1, 2, 2, 40], [0, 0, 0, 0, 0]],
+        "check": 6812576329778475142,
+    }  # fmt: skip
+    assert state.to_dict() == saved
+    assert IteratorState.from_dict(json.loads(json.dumps(saved))) == state
+    for anchors in ([[0, 1, 2, 2, 40]], [[0, 1, 2, 3, 40], [0] * 5], [[0, 1, 6, 2, 40], [0] * 5]):
+        # one per source; its row <= its occurrence; its occurrence <= the source's count
+        with pytest.raises(ValueError, match=r"corrupt grainpack iterator state .*wrong: anchors"):
+            IteratorState.from_dict({**saved, "anchors": anchors})
