@@ -93,7 +93,7 @@ def _output(path: str) -> str:
     (staged locally, then uploaded) as it is."""
     from grainpack.corpus.urls import output_url
 
-    return output_url(path, "grainpack") or os.path.abspath(path)
+    return output_url(path, "grainpack build") or os.path.abspath(path)
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from typing import Any
 from grainpack.corpus.errors import CorpusError, CorpusExistsError
 from grainpack.corpus.native import plain_int
 from grainpack.corpus.source import TokenShardSource
+from grainpack.corpus.urls import output_url
 from grainpack.index.checks import check_seed
 from grainpack.ingest.build import (
     BuildPlan,
@@ -125,10 +126,18 @@ def build_corpus_ray(
 
     Raises:
         ImportError: Ray Data is not installed.
-        ValueError: As ``build_corpus`` (a task's error is raised with its message).
+        ValueError: As ``build_corpus`` (a task's error is raised with its message); an
+            object-storage URL as ``out``.
         WorkerDied: A part's task died on every one of its attempts (the complete parts
             are kept; the same call again builds the rest).
     """
+    if output_url(out, "build_corpus_ray") is not None:
+        raise ValueError(
+            f"build_corpus_ray: cannot write to {out}: Ray tasks write the parts on a file "
+            "system every node sees; build to a shared folder, then publish it with "
+            f"grainpack.ingest.upload.publish(folder, {str(out)!r}), or build on one host "
+            "with build_corpus (it writes to URLs)"
+        )
     ray = _ray()
     plan = plan_build(
         inputs,

@@ -195,6 +195,16 @@ def test_bad_output_urls_are_refused_before_anything_is_written(tmp_path, output
     assert not Path("ftp:").exists() and not Path("s3:").exists()
 
 
+def test_a_ray_build_or_a_publish_to_no_url_is_refused(tmp_path):
+    (tmp_path / "a.txt").write_text("text\n")
+    with pytest.raises(ValueError, match="a file system every node sees"):
+        gp.ingest.build_corpus_ray(tmp_path / "a.txt", "s3://bucket/out", tokenizer="bytes")
+    gp.write_corpus(tmp_path / "c", [[1]])
+    with pytest.raises(ValueError, match="not an object-storage URL"):
+        publish(tmp_path / "c", str(tmp_path / "copy"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "c"]
+
+
 def test_two_publishers_of_one_url_one_wins(s3, tmp_path):
     folders = []
     for k in range(2):
