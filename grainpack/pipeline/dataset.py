@@ -154,14 +154,15 @@ class PipelineDataset(grain.IterDataset):
         return f"PipelineDataset({self.batches!r}, process_index={self.options.process_index})"
 
 
-# Iterators with live worker processes: closed at exit, before the interpreter tears down
-# the modules Grain's own finalizers need (they print tracebacks otherwise).
-_WITH_WORKERS: weakref.WeakSet[PipelineIterator] = weakref.WeakSet()
+# Open iterators (with or without worker processes): closed at exit, before the interpreter
+# tears down the modules that Grain's finalizers and their close() need (an iterator left to
+# the teardown prints "Exception ignored" tracebacks).
+_OPEN: weakref.WeakSet[PipelineIterator | LoaderIterator] = weakref.WeakSet()
 
 
 @atexit.register
-def _close_workers() -> None:
-    for iterator in list(_WITH_WORKERS):
+def _close_open() -> None:
+    for iterator in list(_OPEN):
         iterator.close()
 
 
@@ -199,7 +200,7 @@ class PipelineIterator(grain.DatasetIterator):
         self._step = 0
         self._inner: Any = None
         self._last: dict[str, np.ndarray] | None = None
-        self._registry = _WITH_WORKERS  # outlives the module global at interpreter exit
+        self._registry = _OPEN  # outlives the module global at interpreter exit
 
     @property
     def step(self) -> int:
@@ -241,8 +242,7 @@ class PipelineIterator(grain.DatasetIterator):
             if workers:
                 _start_workers(grain_iterator)
             self._inner = ExpandedBatches(grain_iterator, self._batches)
-            if workers:
-                self._registry.add(self)
+            self._registry.add(self)
         return self._inner
 
     def __next__(self) -> dict[str, np.ndarray]:
@@ -786,6 +786,71 @@ class StepSampler:
         return grain.RecordMetadata(index=index, record_key=index)
 
 
+class PipelineLoader(grain.DataLoader):
+    """``grain.DataLoader`` whose iterators (:class:`LoaderIterator`) start their worker
+    processes with SIGINT blocked and can be closed (see :func:`make_data_loader`)."""
+
+    def __iter__(self) -> LoaderIterator:
+        return LoaderIterator(self)
+
+
+class LoaderIterator(grain.DataLoaderIterator):
+    """A :class:`PipelineLoader`'s iterator: Grain's, with its worker processes started
+    inside :func:`~grainpack.processes.starting_children` (as :func:`make_dataset`'s are,
+    :func:`_start_workers`: a Ctrl-C while they start interrupts this process only, and
+    they keep SIGINT blocked, so none prints a traceback), and a :meth:`close` that stops
+    them (called at interpreter exit for iterators still open: Grain's iterators left to
+    the interpreter's teardown print tracebacks)."""
+
+    def __init__(self, loader: PipelineLoader) -> None:
+        # a loader without FlatMap operations validates restored states
+        super().__init__(loader, state=None, validate_state=True)
+        self._dataset = loader._dataset  # Grain 0.2.18: the pipeline its iterators run
+        self._workers = loader.multiprocessing_options.num_workers > 0
+        self._closed_at: Any = None  # Grain's state when closed
+        self._registry = _OPEN  # outlives the module global at interpreter exit
+        self._start()
+
+    def _start(self) -> None:
+        if self._workers:
+            _start_workers(self._iterator)
+        self._registry.add(self)
+
+    def _reopen(self) -> None:
+        """After :meth:`close`: Grain's iterator again, where it was closed."""
+        if self._iterator is None:
+            self._iterator = self._dataset.__iter__()
+            self._iterator.set_state(self._closed_at)
+            self._start()
+
+    def __next__(self) -> Any:
+        self._reopen()
+        return super().__next__()
+
+    def get_state(self) -> bytes:
+        self._reopen()
+        return super().get_state()
+
+    def set_state(self, state: bytes) -> None:
+        self._reopen()
+        super().set_state(state)
+
+    def close(self) -> None:
+        """Stops the worker processes, if any (the next batch starts them again, where
+        they were). A Ctrl-C meanwhile is raised once they have stopped (a second one at
+        once), as :meth:`PipelineIterator.close` does."""
+        self._registry.discard(self)
+        inner, self._iterator = self._iterator, None  # dropped here, not at teardown
+        if inner is None:
+            return
+        self._closed_at = inner.get_state()
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            inner.close()
+            return
+        with interrupts_deferred(once=True):
+            inner.close()
+
+
 def make_data_loader(
     config: PipelineConfig,
     *,
@@ -811,7 +876,9 @@ def make_data_loader(
       max_index_bytes: As in :func:`make_dataset`.
 
     Returns:
-      A ``grain.DataLoader`` yielding this process's batches, step by step.
+      A ``grain.DataLoader`` yielding this process's batches, step by step. Its iterators
+      start their workers with SIGINT blocked (a Ctrl-C interrupts this process only) and
+      have a ``close()`` that stops them (:class:`LoaderIterator`).
 
     Example:
       >>> import tempfile, numpy as np, grainpack as gp
@@ -839,7 +906,7 @@ def make_data_loader(
         )
     if worker_count:
         _absl_flags_parsed()
-    return grain.DataLoader(
+    return PipelineLoader(
         data_source=batches,
         sampler=StepSampler(len(batches)),
         shard_options=grain.sharding.ShardOptions(shard_index=p, shard_count=count),

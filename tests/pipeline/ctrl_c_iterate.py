@@ -1,5 +1,8 @@
 """A training loop over two Grain workers that gets a terminal's Ctrl-C (SIGINT to its whole
-process group) at one moment: ``python ctrl_c_iterate.py CORPUS MOMENT OUT``.
+process group) at one moment: ``python ctrl_c_iterate.py CORPUS MOMENT OUT [KIND]``.
+
+KIND is ``dataset`` (the default: ``make_dataset``'s iterator) or ``loader``
+(``gp.pipeline.make_data_loader``'s ``grain.DataLoader``).
 
 MOMENT is ``start`` (the first worker to start sends it while it imports this script, as a
 spawned worker does before any grainpack code runs), ``first`` (right after the first batch),
@@ -28,7 +31,7 @@ def ctrl_c(out: str) -> None:
 
 
 if __name__ == "__mp_main__":  # a Grain worker starting up
-    corpus, moment, out = sys.argv[1:]
+    corpus, moment, out = sys.argv[1:4]
     with open(out + ".pids", "a") as pids:
         pids.write(f"{os.getpid()}\n")
     if moment == "start":
@@ -38,10 +41,12 @@ if __name__ == "__mp_main__":  # a Grain worker starting up
 if __name__ == "__main__":
     import grainpack as gp
 
-    corpus, moment, out = sys.argv[1:]
+    corpus, moment, out = sys.argv[1:4]
+    kind = sys.argv[4] if len(sys.argv) > 4 else "dataset"
     config = gp.PipelineConfig(sources={"c": corpus}, block=16, global_batch_size=8)
+    make = gp.make_dataset if kind == "dataset" else gp.pipeline.make_data_loader
     try:
-        it = iter(gp.make_dataset(config, process_index=0, process_count=1, worker_count=2))
+        it = iter(make(config, process_index=0, process_count=1, worker_count=2))
         next(it)
         if moment == "first":
             ctrl_c(out)

@@ -31,15 +31,16 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+@pytest.mark.parametrize("kind", ["dataset", "loader"])
 @pytest.mark.parametrize("moment", ["start", "first", "steady", "close"])
-def test_ctrl_c_interrupts_the_loop_and_stops_the_workers_quietly(corpus, tmp_path, moment):
+def test_ctrl_c_interrupts_the_loop_and_stops_the_workers_quietly(corpus, tmp_path, moment, kind):
     # Before: a Ctrl-C while a worker started (at "start", often at "first" and "close")
     # printed its KeyboardInterrupt ("Exception ignored in: <function _xla_gc_callback
     # ...>", tracebacks of its imports), and at "close" the loop never got its
     # KeyboardInterrupt: it was raised in Grain's DatasetIterator.__del__, and ignored.
     out = str(tmp_path / "run")
     done = subprocess.run(
-        [sys.executable, str(HERE / "ctrl_c_iterate.py"), str(corpus), moment, out],
+        [sys.executable, str(HERE / "ctrl_c_iterate.py"), str(corpus), moment, out, kind],
         capture_output=True,
         text=True,
         timeout=120,
