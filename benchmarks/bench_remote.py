@@ -10,11 +10,13 @@ proxy:
   on the number of documents, not on tokens), blocked order, from an empty host cache:
   seconds from ``make_dataset`` to the first batch, and the bytes and requests fetched before
   it; the same for a restore at step ``--restore-step``;
-- **steady state**: the same pipeline (documents, blocked order, block 2048, global batch 64)
-  on a corpus of ``--steady-documents`` documents of realistic lengths (lognormal, median
-  600), local and remote: tokens per second and the p99 of ``next()`` over ``--steps``
+- **steady state**: the same pipeline (documents, blocked order with ``--order C K``, by
+  default windows of 4 blocks of 4,096 documents, about 32 MB: two fit the default LRU,
+  so windows are read ahead whole; block 2048, global batch 64) on a corpus of
+  ``--steady-documents`` documents of realistic lengths (lognormal, median 600; larger than
+  the LRU), local and remote: tokens per second in ``next()`` and its p99 over ``--steps``
   steps after ``--warmup``; what the server delivers to plain concurrent ranged GETs of the
-  request size (``--in-flight`` at a time) in the same run; requests per GiB read.
+  request size (``--in-flight`` at a time) in the same run; requests per GiB delivered.
 
 Run: ``python benchmarks/bench_remote.py [--json out.json]`` (needs the ``remote`` and
 test extras: obstore, moto). Every batch read from the URL is compared with the local one.
@@ -172,12 +174,12 @@ def endpoint(url: str) -> None:
 # -- measurements -------------------------------------------------------------------------------
 
 
-def config(source: str) -> Any:
+def config(source: str, window_blocks: int = 256, block_docs: int = 4096) -> Any:
     import grainpack as gp
 
     return gp.PipelineConfig(
         sources={"c": source}, block=BLOCK, global_batch_size=BATCH, seed=3,
-        order=gp.BlockedOrder(),
+        order=gp.BlockedOrder(block_docs=block_docs, window_blocks=window_blocks),
     )  # fmt: skip
 
 
@@ -221,46 +223,49 @@ def cold_start(local: str, url: str, restore_step: int, cache: Path) -> dict[str
     return out
 
 
-def steady(source: str, warmup: int, steps: int, local: str | None = None) -> dict[str, Any]:
+def steady(
+    source: str, warmup: int, steps: int, order: tuple[int, int], local: str | None = None
+) -> dict[str, Any]:
     """Tokens per second and ``next()`` percentiles over ``steps`` after ``warmup``."""
     import grainpack as gp
 
-    iterator = iter(gp.make_dataset(config(source)))
-    check = None if local is None else iter(gp.make_dataset(config(local)))
+    iterator = iter(gp.make_dataset(config(source, *order)))
+    check = None if local is None else iter(gp.make_dataset(config(local, *order)))
     for _ in range(warmup):
         next(iterator)
         if check is not None:
             next(check)
     before = dict(remote_stats(iterator)) if local is not None else {}
-    times, batches = [], []
-    began = time.perf_counter()
+    from grainpack.pipeline.dataset import batch_digest
+
+    times, digests = [], []
     for _ in range(steps):
         t = time.perf_counter()
         batch = next(iterator)
         times.append(time.perf_counter() - t)
-        if check is not None:
-            batches.append(batch)
-    seconds = time.perf_counter() - began
+        if check is not None:  # a digest, not the batch: 1,000 batches are 2.6 GB
+            digests.append(batch_digest(batch))
+    seconds = sum(times)  # in next(), as the training loop sees it
     out: dict[str, Any] = {
         "steps": steps,
-        "seconds": round(seconds, 3),
+        "seconds_in_next": round(seconds, 3),
         "tokens_per_s": round(steps * BATCH * BLOCK / seconds),
         "p50_next_ms": round(1e3 * float(np.percentile(times, 50)), 2),
         "p99_next_ms": round(1e3 * float(np.percentile(times, 99)), 2),
         "max_next_ms": round(1e3 * max(times), 2),
     }
     if check is not None:
-        out["bit_identical"] = all(
-            all(np.array_equal(b[k], want[k]) for k in want)
-            for b, want in zip(batches, (next(check) for _ in range(steps)))
-        )
+        out["bit_identical"] = digests == [batch_digest(next(check)) for _ in range(steps)]
         after = remote_stats(iterator)
-        fetched = after.get("bytes", 0) - before.get("bytes", 0)
-        requests = after.get("requests", 0) - before.get("requests", 0)
-        out["bytes"] = int(fetched)
-        out["requests"] = int(requests)
-        out["requests_per_gib"] = round(requests / (fetched / 2**30), 1) if fetched else None
+        fetched, requests = after.get("bytes", 0), after.get("requests", 0)
+        delivered = (warmup + steps) * BATCH * (BLOCK + 1) * 2  # uint16 rows, whole run
+        out["run_requests"] = int(requests)
+        out["run_bytes_fetched"] = int(fetched)
+        out["run_bytes_delivered"] = delivered
+        out["requests_per_gib_delivered"] = round(requests / (delivered / 2**30), 1)
         out["mib_per_request"] = round(fetched / MiB / requests, 2) if requests else None
+        out["measured_requests"] = int(requests - before.get("requests", 0))
+        out["measured_bytes"] = int(fetched - before.get("bytes", 0))
         out["wait_s"] = round(after.get("wait_seconds", 0) - before.get("wait_seconds", 0), 3)
     return out
 
@@ -300,7 +305,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", type=int, default=10**7)
     parser.add_argument("--restore-step", type=int, default=10**6)
-    parser.add_argument("--steady-documents", type=int, default=60_000)
+    parser.add_argument("--steady-documents", type=int, default=150_000)
+    parser.add_argument(
+        "--order", type=int, nargs=2, default=(4096, 4), metavar=("C", "K"),
+        help="the steady state's blocked order: windows of about 32 MB, two fit the LRU",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=40)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--latency", type=float, default=0.05)
@@ -344,6 +353,14 @@ def main() -> None:
                 str(root / "many"), f"s3://{BUCKET}/many", args.restore_step, root / "cache"
             )
             results["cold"]["documents"] = args.documents
+            manifest = json.loads((root / "many" / "manifest.json").read_text())
+            objects = [s["tokens_file"] for s in manifest["shards"]]
+            # the request rate the store sustains for requests of a window's run of offsets
+            small = plain_gets(f"s3://{BUCKET}/many", objects, 32 * 1024, args.in_flight, 16 * MiB)
+            results["cold"]["plain_32k_gets"] = {
+                **small,
+                "requests_per_s": round(small["requests"] / small["seconds"], 1),
+            }
             print(json.dumps(results["cold"], indent=1), file=sys.stderr)
         if "steady" not in args.skip:
             lengths = realistic_lengths(args.steady_documents)
@@ -352,9 +369,9 @@ def main() -> None:
             url = f"s3://{BUCKET}/steady"
             upload(root / "steady", url)
             os.environ["GRAINPACK_CACHE"] = str(root / "cache" / "steady")
-            local = steady(str(root / "steady"), args.warmup, args.steps)
+            local = steady(str(root / "steady"), args.warmup, args.steps, args.order)
             endpoint(proxy)
-            remote = steady(url, args.warmup, args.steps, local=str(root / "steady"))
+            remote = steady(url, args.warmup, args.steps, args.order, local=str(root / "steady"))
             manifest = json.loads((root / "steady" / "manifest.json").read_text())
             objects = [s["tokens_file"] for s in manifest["shards"]]
             from grainpack.corpus.remote import RemoteOptions
@@ -364,6 +381,7 @@ def main() -> None:
             lowest = min(local["tokens_per_s"], args.cap / 2, gets["tokens_per_s"])
             results["steady"] = {
                 "documents": args.steady_documents,
+                "order": {"block_docs": args.order[0], "window_blocks": args.order[1]},
                 "tokens": int(lengths.sum()),
                 "local": local,
                 "remote": remote,
