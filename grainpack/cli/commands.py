@@ -314,7 +314,7 @@ def _bars() -> bool:
 
 # bench options and the modes they apply to (None: the throughput benchmark)
 BENCH_OPTIONS = {
-    "tokens": (None, "device"),
+    "tokens": (None, "device", "url"),
     "quick": (None, "device", "packing"),
     "passes": (None, "build", "device", "packing"),
     "megabytes": ("build",),
@@ -334,7 +334,10 @@ def bench(args: argparse.Namespace) -> None:
         raise ValueError("--device is a benchmark of its own: give it without --build or --scale")
     if args.packing and (args.build or args.scale or args.device):
         raise ValueError("--packing is a benchmark of its own: give it without the others")
-    mode = next((m for m in ("build", "scale", "device", "packing") if getattr(args, m)), None)
+    if args.url and (args.build or args.scale or args.device or args.packing):
+        raise ValueError("--url is a benchmark of its own: give it without the others")
+    modes = ("build", "scale", "device", "packing", "url")
+    mode = next((m for m in modes if getattr(args, m)), None)
     defaults = vars(parser().parse_args(["bench"]))
     for dest, modes in BENCH_OPTIONS.items():
         if mode not in modes and getattr(args, dest) != defaults[dest]:
@@ -372,6 +375,10 @@ def bench(args: argparse.Namespace) -> None:
             keep=args.keep,
             **common,
         )
+    elif args.url:
+        from grainpack.bench import remote
+
+        remote.run_remote_benchmark(args.url, tokens=args.tokens, **common)
     elif args.packing:
         from grainpack.bench import packing
 

@@ -38,7 +38,8 @@ EPILOG = {
   grainpack bench --build --megabytes 100     (text -> corpus against the tokenizer alone)
   grainpack bench --scale --directory /data/tmp --json scale.json
   grainpack bench --device --json device.json     (an accelerator host's feed, batch 256)
-  grainpack bench --packing --json packing.json   (concat, best_fit and Grain's best fit)""",
+  grainpack bench --packing --json packing.json   (concat, best_fit and Grain's best fit)
+  grainpack bench --url s3://bucket/corpora/web --tokens 2000000000   (a corpus where it lies)""",
     "demo": "example:\n  grainpack demo --steps 500",
 }
 
@@ -268,6 +269,12 @@ def parser() -> argparse.ArgumentParser:
         help="instead: concat against best_fit packing and Grain's BestFitPackIterDataset at "
         "blocks 2048 and 8192: cut documents, padding, rows, throughput (its corpus in a "
         "temporary folder under --directory, deleted afterwards; --quick: a smoke test)",
+    )
+
+    p.add_argument(
+        "--url",
+        help="instead: the pipeline on the native corpus at URL (s3://, gs://, az://, "
+        "https://, or a path) where it lies: first batch, --tokens streamed, what was fetched",
     )
 
     p = command("demo", "write the embedded two-language corpus and stream batches from it")

@@ -7,6 +7,7 @@ objects are pinned, and errors name the URL.
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 import uuid
@@ -337,3 +338,18 @@ def test_a_window_read_ahead_serves_its_pieces_without_requests(corpora):
     expected = gp.open_corpus(local).read_tokens(500, 7000)
     np.testing.assert_array_equal(source.read_tokens(500, 7000), expected)  # across cells
     assert source.stats["requests"] - opened == 10
+
+
+def test_bench_reads_a_url(corpora, tmp_path, capsys):
+    from grainpack.cli.main import main
+
+    url = corpora["en"][1]
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--url", url, "--tokens", "1000000", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert (results["url"], results["steps"], results["global_batch"]) == (url, 7, 64)
+    assert results["first_batch"]["remote"]["requests"] >= 2  # the manifest, a summary, ...
+    assert results["tokens_per_s"] > 0
+    assert f"corpus {url}" in capsys.readouterr().out
+    assert main(["bench", "--url", url, "--scale"]) == 1
+    assert "--url is a benchmark of its own" in capsys.readouterr().err
