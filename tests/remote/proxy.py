@@ -73,9 +73,7 @@ class FaultProxy:
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
 
         class Server(http.server.ThreadingHTTPServer):
-            # the default backlog of 5 drops the connections a burst of ranged GETs opens
-            # (their SYNs are retried after 1, 3, 7, ... s: requests stall for up to a minute)
-            request_queue_size = 256
+            request_queue_size = 256  # not 5: a burst of ranged GETs opens more connections
 
         self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
