@@ -312,6 +312,7 @@ def _bars() -> bool:
     return sys.stderr.isatty()
 
 
+BENCHMARKS = ("build", "scale", "device", "packing", "url")  # each a flag of its own
 # bench options and the modes they apply to (None: the throughput benchmark)
 BENCH_OPTIONS = {
     "tokens": (None, "device", "url"),
@@ -328,25 +329,18 @@ BENCH_OPTIONS = {
 def bench(args: argparse.Namespace) -> None:
     from grainpack.cli.parser import parser
 
-    if args.build and args.scale:
-        raise ValueError("give --build or --scale, not both (they are separate benchmarks)")
-    if args.device and (args.build or args.scale):
-        raise ValueError("--device is a benchmark of its own: give it without --build or --scale")
-    if args.packing and (args.build or args.scale or args.device):
-        raise ValueError("--packing is a benchmark of its own: give it without the others")
-    if args.url and (args.build or args.scale or args.device or args.packing):
-        raise ValueError("--url is a benchmark of its own: give it without the others")
-    modes = ("build", "scale", "device", "packing", "url")
-    mode = next((m for m in modes if getattr(args, m)), None)
+    given = [m for m in BENCHMARKS if getattr(args, m)]
+    if len(given) > 1:
+        others = ", ".join(f"--{m}" for m in given[:-1])
+        raise ValueError(
+            f"--{given[-1]} is a benchmark of its own: give it without the others ({others})"
+        )
+    mode = given[0] if given else None
     defaults = vars(parser().parse_args(["bench"]))
     for dest, modes in BENCH_OPTIONS.items():
         if mode not in modes and getattr(args, dest) != defaults[dest]:
-            where = " and ".join(
-                f"bench --{m}"
-                if m
-                else "the throughput benchmark (no --build/--scale/--device/--packing)"
-                for m in modes
-            )
+            throughput = f"the throughput benchmark (none of --{'/--'.join(BENCHMARKS)})"
+            where = " and ".join(f"bench --{m}" if m else throughput for m in modes)
             raise ValueError(f"--{dest.replace('_', '-')} applies to {where} only")
     if args.scale and (args.documents < 1 or args.boundary_documents < 1):
         raise ValueError("--documents and --boundary-documents must be >= 1")

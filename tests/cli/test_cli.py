@@ -618,14 +618,17 @@ def test_output_cut_short_by_the_reader_is_not_an_error_message(corpus):
     [
         (["--scale", "--documents", "inf"], "argument --documents: must be a whole number"),
         (["--scale", "--documents", "0"], "--documents and --boundary-documents must be >= 1"),
-        (["--build", "--scale"], "give --build or --scale, not both"),
+        (
+            ["--build", "--scale"],
+            "--scale is a benchmark of its own: give it without the others (--build)",
+        ),
         (["--megabytes", "5"], "--megabytes applies to bench --build only"),
         (["--build", "--documents", "5"], "--documents applies to bench --scale only"),
         (["--scale", "--tokens", "5"], "--tokens applies to the throughput benchmark"),
         (["--scale", "--directory", "/nonexistent/x"], "--directory /nonexistent/x: no such"),
         (["--build", "--megabytes", "0"], "argument --megabytes: must be >= 1, got 0"),
         (["--scale", "--boundary-documents", "1"], "ends at step 0, too soon for two ranges"),
-        (["--scale", "--passes", "3"], "--passes applies to the throughput benchmark (no"),
+        (["--scale", "--passes", "3"], "--passes applies to the throughput benchmark (none of"),
         (["--json", "/nonexistent/b.json"], "--json /nonexistent/b.json: cannot write that"),
         (["--json", "/"], "--json /: cannot write that file (a folder"),
         (["--tokens", "32783"], "tokens must be an int >= 32784"),  # the limit's two batches

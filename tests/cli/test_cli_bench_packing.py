@@ -13,11 +13,11 @@ from grainpack.cli.main import main
     [
         (["--packing", "--scale"], "--packing is a benchmark of its own: give it without the"),
         (["--packing", "--megabytes", "5"], "--megabytes applies to bench --build only"),
-        (["--packing", "--tokens", "5"], "--tokens applies to the throughput benchmark (no "),
+        (["--packing", "--tokens", "5"], "--tokens applies to the throughput benchmark (none of "),
         (["--packing", "--keep"], "--keep applies to bench --scale only"),
         (
             ["--passes", "3", "--scale"],
-            "--passes applies to the throughput benchmark (no "
+            "--passes applies to the throughput benchmark (none of "
             "--build/--scale/--device/--packing) and bench --build and bench --device and bench "
             "--packing only",
         ),
