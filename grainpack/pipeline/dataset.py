@@ -2,10 +2,11 @@
 # describe).
 """Grain entry points: ``make_dataset``, ``make_data_loader``, ``make_eval_dataset``.
 
-``make_dataset``'s Grain elements are plans of many steps, read and expanded into batches
-by the iterator (:mod:`grainpack.pipeline.elements`). The iterator's state is the global step plus
-identity checks, so a checkpoint is an index: it restores exactly, with any worker count
-and on any process count (the global batches do not depend on either).
+``make_dataset``'s Grain elements are plans of many steps (with Grain workers, and their
+tokens), read and expanded into batches by the iterator (:mod:`grainpack.pipeline.elements`).
+The iterator's state is the global step plus identity checks, so a checkpoint is an index:
+it restores exactly, with any worker count and on any process count (the global batches do
+not depend on either).
 """
 
 from __future__ import annotations
@@ -32,7 +33,12 @@ from grainpack.index.slots import first_slot, rows_per_process
 from grainpack.pipeline.agreement import ProcessesDisagreeError, exchange, gather_fingerprints
 from grainpack.pipeline.batches import PipelineBatches
 from grainpack.pipeline.config import PipelineConfig
-from grainpack.pipeline.elements import WORKER_OPTIONS, ExpandedBatches, PlannedSteps
+from grainpack.pipeline.elements import (
+    WORKER_OPTIONS,
+    ExpandedBatches,
+    PlannedSteps,
+    reads_in_workers,
+)
 from grainpack.pipeline.expand import FULL_KEYS, expand_compact
 from grainpack.pipeline.state import IteratorState, check_damage
 from grainpack.processes import (
@@ -219,7 +225,14 @@ class PipelineIterator(grain.DatasetIterator):
                 if anchors is not None:
                     self._batches.anchor_windows(anchors)
             elements = PlannedSteps(
-                self._batches, self._step, self._options.process_index, as_bytes=workers > 0
+                self._batches,
+                self._step,
+                self._options.process_index,
+                as_bytes=workers > 0,
+                with_tokens=workers > 0
+                and reads_in_workers(
+                    self._batches, workers=workers, buffer=self._options.worker_buffer_size
+                ),
             )
             ds = grain.MapDataset.source(elements).to_iter_dataset(READ_OPTIONS)
             if workers:
@@ -667,8 +680,10 @@ def make_dataset(
       process_count: processes sharing each global batch (default ``jax.process_count()``).
       worker_count: Grain worker processes producing batches (0: in this process). The
         batches and the checkpoint state do not depend on it.
-      worker_buffer_size: Grain elements (plans of about 8M tokens) each worker prepares
-        ahead.
+      worker_buffer_size: Grain elements (plans of about 8M tokens, and those tokens) each
+        worker prepares ahead. A worker's elements travel through ``/dev/shm``: a ring of
+        up to 12 files of about 16 MiB (uint16 tokens) per worker, and a segment per element
+        beyond them; where that would not fit, workers plan only and this process reads.
       ignore_fingerprint_mismatch: accept restoring a state saved with another config.
       evaluation: instead of the training stream, the finite evaluation pass of
         :func:`make_eval_dataset` over the source of that name (``True``: the only source).
