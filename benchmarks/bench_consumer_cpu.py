@@ -6,17 +6,18 @@ Run: ``python benchmarks/bench_consumer_cpu.py [--tokens N] [--batches N] [--wor
 With workers, what limits the throughput of a host is the work left in the process that
 consumes the batches (workers scale with cores, it does not): this measures that work as
 ``time.process_time()`` of the consuming process (every thread of it: Grain's threads that
-receive the workers' elements too) over ``--batches`` calls of ``next()``, after a warm-up,
-for the full and compact layouts, in process (0 workers) and with ``--workers``. Each batch
-is also touched (one byte read per 4 KiB page of each array, what a transfer to a device
-reads anyway), so that memory the consumer maps for the first time pays its page faults
-here, not in an untimed later step. Each configuration runs in a process of its own; rounds
-take turns, so that other load on the machine falls on all of them alike. The synthetic
-corpus of ``grainpack bench`` (two sources, boundary token, ``block=2048``).
+receive the workers' elements too) over ``--batches`` calls of ``next()`` for the full and
+compact layouts, in process (0 workers) and with ``--workers``, after a warm-up of as many
+batches (the consumer maps each slot of the workers' rings once). Each batch is also
+touched (one byte read per 4 KiB page of each array, what a transfer to a device reads
+anyway), so that memory the consumer maps for the first time pays its page faults here, not
+in an untimed later step. Each configuration runs in a process of its own; rounds take
+turns, so that other load on the machine falls on all of them alike. The synthetic corpus
+of ``grainpack bench`` (two sources, boundary token, ``block=2048``).
 
-With ``benchmarks/results/gathering-workers-2026-12-04.patch`` applied (workers that also
-gather their elements' tokens: a prototype, not kept), the same run also measures workers
-that plan only, the code without it, so both ratios come from one run.
+Workers run both ways in the same run: gathering their elements' tokens (what
+``make_dataset`` does with local sources), and planning only (what it did before, and does
+with sources on object storage), so that both ratios come from one run.
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.dataset import make_dataset
 
 LAYOUTS = ("full", "compact")
-# benchmarks/results/gathering-workers-2026-12-04.patch applied: workers gather the tokens
-PROTOTYPE = hasattr(dataset, "reads_in_workers")
 PAGE = 4096
 
 
@@ -72,11 +71,11 @@ def _child(
         boundary_id=BOUNDARY_ID,
         layout=layout,
     )
-    if plans_only:  # the prototype's workers plan only, as before it (the consumer reads)
+    if plans_only:  # workers that plan only, as before they gathered (the consumer reads)
         dataset.reads_in_workers = lambda batches, **options: False
     it = iter(make_dataset(config, process_index=0, process_count=1, worker_count=workers))
     try:
-        for _ in range(max(8, batches // 4)):  # warm-up: workers started, buffers full
+        for _ in range(batches):  # warm-up: workers started, their segments mapped here
             _touch(next(it))
         if workers:
             time.sleep(2)  # the workers fill their buffers
@@ -107,7 +106,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--profile",
-        help="LAYOUT:SIZE:WORKERS (WORKERSp: the prototype's planning workers): one run, "
+        help="LAYOUT:SIZE:WORKERS (WORKERSp: workers that plan only): one run, "
         "cProfile of its main thread, no table",
     )
     parser.add_argument(
@@ -158,9 +157,7 @@ def main() -> None:
         print(run(layout, int(size), int(mode.rstrip("p")), plans=mode.endswith("p"), profile=True))
         return
     w = args.workers
-    modes = {"in process": (0, False), f"{w} workers": (w, False)}
-    if PROTOTYPE:  # its workers gather; planning ones are the code before it
-        modes = {"in process": (0, False), f"{w} planning": (w, True), f"{w} gathering": (w, False)}
+    modes = {"in process": (0, False), f"{w} planning": (w, True), f"{w} gathering": (w, False)}
     cases = [(lay, s, m) for lay in LAYOUTS for s in args.sizes for m in modes]
     results: dict[tuple[str, int, str], list[dict[str, float]]] = {c: [] for c in cases}
     for _ in range(args.rounds):
@@ -171,7 +168,7 @@ def main() -> None:
         f"consumer CPU per batch, median (min) over {args.rounds} rounds of {args.batches} "
         f"batches, block {BLOCK}, {args.pace_ms:g} ms of sleep after each batch"
     )
-    bases = ["in process", *([f"{w} planning"] if PROTOTYPE else [])]
+    bases = ["in process", f"{w} planning"]
     print(
         "| layout | batch | workers | CPU ms/batch | CPU ns/token | "
         + " | ".join(f"vs {b}" for b in bases)
