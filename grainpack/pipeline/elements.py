@@ -70,15 +70,16 @@ def reads_in_workers(batches: PipelineBatches, *, workers: int, buffer: int) -> 
     """Whether ``workers`` Grain workers, each ``buffer`` elements ahead, gather the tokens
     of their elements: unless a source is on object storage (module docstring), or the
     shared memory they would use at most (:class:`_Ring`) does not fit in the free
-    space of ``/dev/shm`` (a container's is often 64 MiB), where they plan only."""
+    space of ``/dev/shm`` (a container's is often 64 MiB) or there is no ``/dev/shm``, where
+    they plan only."""
     if any(getattr(source, "remote", False) for source in batches.sources):
         return False
     tokens = batches.steps_per_element * batches.rows_per_batch * (batches.config.block + 1)
     need = workers * (_Ring.SLOTS + buffer + 2) * tokens * 4  # 4: the widest dtype
     try:
         room = os.statvfs(SHM_FOLDER)
-    except OSError:
-        return True  # no such folder: not Linux's shared memory, nothing to say
+    except OSError:  # not Linux: no folder for the ring's files
+        return False
     if need > room.f_bavail * room.f_frsize:
         logger.warning(
             "Grain workers plan only and this process reads the tokens: they would send "

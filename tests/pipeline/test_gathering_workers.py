@@ -66,3 +66,8 @@ def test_workers_plan_only_where_their_shared_memory_does_not_fit(batches, monke
     with caplog.at_level(logging.WARNING, logger="grainpack.pipeline.elements"):
         assert not reads_in_workers(batches, workers=2, buffer=2)
     assert "Grain workers plan only and this process reads the tokens" in caplog.text
+
+
+def test_workers_plan_only_without_a_shared_memory_folder(batches, monkeypatch, tmp_path):
+    monkeypatch.setattr(elements, "SHM_FOLDER", str(tmp_path / "none"))  # as on macOS
+    assert not reads_in_workers(batches, workers=2, buffer=2)
