@@ -7,11 +7,20 @@ The suite runs on ``-n auto`` xdist workers (``--dist loadgroup``): tests that s
 several processes of their own (multi-process JAX jobs, killed writers and trainers, a Ray
 cluster) share the ``processes`` group, so one worker runs them one after another and they
 never compete with each other for the cores; notebooks are marked ``slow``.
+
+Tests that send a Ctrl-C (SIGINT) to programs they start expect what a terminal gives a
+program: SIGINT not ignored. A shell that starts the suite in the background without job
+control (``pytest &`` in a script) ignores SIGINT in it, and every child would inherit that
+(Python then installs no KeyboardInterrupt handler): the suite undoes it at start.
 """
 
+import signal
 import tempfile
 
 import pytest
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # files whose every test starts processes of its own (besides tests marked multiprocess)
 PROCESS_FILES = {
