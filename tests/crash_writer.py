@@ -50,6 +50,7 @@ import os
 import re
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -182,7 +183,11 @@ def _serve_one(command: dict) -> int:
         except KeyboardInterrupt:
             raise
         except BaseException as err:
-            say(f"error {type(err).__name__}: {err}")
+            where = " < ".join(  # innermost frame first, on the one line an event has
+                f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}"
+                for f in reversed(traceback.extract_tb(err.__traceback__)[-4:])
+            )
+            say(f"error {type(err).__name__}: {err} (at {where})")
             return 1
         say("done")
         return 0
