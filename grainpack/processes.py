@@ -52,9 +52,13 @@ def starting_children() -> Iterator[None]:
     script, before :func:`exit_with_parent` ignores SIGINT) prints no traceback of theirs.
     This thread gets a Ctrl-C of that time when the body ends (CPython starts its resource
     tracker so). That tracker is started first: starting it unblocks SIGINT in the
-    starting thread, whatever was blocked before (Python 3.11), which would open the body.
+    starting thread, whatever was blocked before (Python 3.11), which would open the body;
+    and with a Ctrl-C held back meanwhile: CPython's ``ensure_running`` is not safe to
+    interrupt (a ``KeyboardInterrupt`` between closing a dead tracker's pipe and forgetting
+    it leaves a closed descriptor that every later use of the tracker fails on, EBADF).
     """
-    resource_tracker.ensure_running()
+    with interrupts_deferred():
+        resource_tracker.ensure_running()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
