@@ -18,8 +18,8 @@ from grainpack.cli.main import main
         (
             ["--passes", "3", "--scale"],
             "--passes applies to the throughput benchmark (none of "
-            "--build/--scale/--device/--packing/--url) and bench --build and bench --device and bench "
-            "--packing only",
+            "--build/--scale/--device/--packing/--url) and bench --build and bench --device "
+            "and bench --packing only",
         ),
     ],
 )
