@@ -539,13 +539,7 @@ class RemoteShardSource(TokenShardSource):
         """:meth:`TokenShardSource.document_offsets`, read by range (pages of
         :class:`~grainpack.corpus.remote_offsets.OffsetPages`) unless the shard's whole
         offsets object was downloaded."""
-        docs = np.asarray(documents, dtype=np.int64)
-        starts = self._document_starts()
-        if docs.size and (docs.min() < 0 or docs.max() > starts[-1]):
-            raise IndexError(
-                f"document ids {docs.min()}..{docs.max()} are outside [0, {starts[-1]}] "
-                "(num_documents is allowed: the end of the stream)"
-            )
+        docs, starts = self._checked_documents(documents)
         flat = docs.reshape(-1)
         out = np.empty(flat.shape, dtype=np.int64)
         if not self._shards:

@@ -330,6 +330,18 @@ class TokenShardSource:
             self._num_docs = self._doc_starts[-1]
         return self._doc_starts
 
+    def _checked_documents(self, documents: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """``documents`` as int64 ids in ``[0, num_documents]`` (the end allowed), and the
+        shards' first documents; ``IndexError`` for an id outside."""
+        docs = np.asarray(documents, dtype=np.int64)
+        starts = self._document_starts()
+        if docs.size and (docs.min() < 0 or docs.max() > starts[-1]):
+            raise IndexError(
+                f"document ids {docs.min()}..{docs.max()} are outside [0, {starts[-1]}] "
+                "(num_documents is allowed: the end of the stream)"
+            )
+        return docs, starts
+
     def document_offsets(self, documents: np.ndarray) -> np.ndarray:
         """int64 stream offsets of document ids ``documents`` (any shape; ``num_documents``
         allowed, giving ``num_tokens``), gathered from the maps.
@@ -341,13 +353,7 @@ class TokenShardSource:
             >>> src.document_offsets(np.array([2, 0, 3])).tolist()
             [3, 0, 5]
         """
-        docs = np.asarray(documents, dtype=np.int64)
-        starts = self._document_starts()
-        if docs.size and (docs.min() < 0 or docs.max() > starts[-1]):
-            raise IndexError(
-                f"document ids {docs.min()}..{docs.max()} are outside [0, {starts[-1]}] "
-                "(num_documents is allowed: the end of the stream)"
-            )
+        docs, starts = self._checked_documents(documents)
         if len(self._shards) == 1:
             return self._checked_values(0, self._current_local(0)[docs])
         flat = docs.reshape(-1)
