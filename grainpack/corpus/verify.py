@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import os
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -146,35 +147,67 @@ def _verify_native_files(path: Path, bar: tqdm.tqdm, chunk_tokens: int) -> tuple
                 )
         documents += len(local) - 1
         offsets_hash.update((local[1:] + position).astype("<i8").tobytes())
-        digest, bad_id = hashlib.sha256(), None
         check_inside(path, tokens_file)
         try:
             with open(tokens_file, "rb") as f:
-                while chunk := f.read(chunk_tokens * dtype.itemsize):
-                    digest.update(chunk)
-                    stream.update(chunk)
-                    tokens = np.frombuffer(chunk, dtype)
-                    try:
-                        h = _scan_ids(tokens, position, m["vocab_size"], str(tokens_file))
-                    except CorpusError as err:  # reported after the checksum: which is it?
-                        bad_id = bad_id or err
-                        h = int(tokens.max())
-                    high = h if high is None else max(high, h)
-                    position += tokens.size
-                    bar.update(tokens.size)
+                reads = iter(lambda: f.read(chunk_tokens * dtype.itemsize), b"")
+                chunks = (np.frombuffer(chunk, dtype) for chunk in reads)
+                h = _scan_shard(
+                    chunks,
+                    s["tokens_sha256"],
+                    str(tokens_file),
+                    m["vocab_size"],
+                    position,
+                    stream,
+                    bar,
+                )
         except OSError as err:
             raise os_error(err, "verifying") from err
-        if digest.hexdigest() != s["tokens_sha256"]:
-            error = _mismatch(tokens_file, "sha256")
-            if bad_id is not None:  # a changed byte reads as an odd id: the checksum says why
-                raise CorpusError(f"{error} (it now also holds a bad id: {bad_id})") from None
-            raise error
-        if bad_id is not None:
-            raise bad_id
+        high = _larger(high, h)
+        position += s["num_tokens"]
     checks = ["sha256 checksums", "shard offsets"]
     content = content_digest(stream.hexdigest(), offsets_hash.hexdigest())
     checks += _check_stream(m, f"{path / MANIFEST_NAME}", content, high)
     return high, checks
+
+
+def _scan_shard(
+    chunks: Iterable[np.ndarray],
+    sha256: str,
+    where: str,
+    vocab_size: int | None,
+    position: int,
+    stream: Any,
+    bar: tqdm.tqdm,
+) -> int | None:
+    """Checks a shard's tokens, read in non-empty ``chunks``: their sha256 against the
+    manifest's and their ids against ``vocab_size`` (the first token at stream ``position``);
+    adds them to the whole ``stream``'s digest. Returns the shard's largest id (``None``:
+    no tokens)."""
+    digest, bad_id, high = hashlib.sha256(), None, None
+    for tokens in chunks:
+        digest.update(tokens.tobytes())
+        stream.update(tokens.tobytes())
+        try:
+            h = _scan_ids(tokens, position, vocab_size, where)
+        except CorpusError as err:  # reported after the checksum: which is it?
+            bad_id = bad_id or err
+            h = int(tokens.max())
+        high = _larger(high, h)
+        position += tokens.size
+        bar.update(tokens.size)
+    if digest.hexdigest() != sha256:
+        error = _mismatch(where, "sha256")
+        if bad_id is not None:  # a changed byte reads as an odd id: the checksum says why
+            raise CorpusError(f"{error} (it now also holds a bad id: {bad_id})") from None
+        raise error
+    if bad_id is not None:
+        raise bad_id
+    return high
+
+
+def _larger(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _check_stream(m: dict[str, Any], manifest: str, content: str, high: int | None) -> list[str]:
@@ -341,27 +374,16 @@ def _verify_remote(
                     )
             documents += len(local) - 1
             offsets_hash.update((local[1:] + position).astype("<i8").tobytes())
-            digest, bad_id = hashlib.sha256(), None
+            n = s["num_tokens"]
+            chunks = (
+                source._ids(k, lo, min(lo + chunk_tokens, n)) for lo in range(0, n, chunk_tokens)
+            )
             where = f"{url}/{s['tokens_file']}"
-            for lo in range(0, s["num_tokens"], chunk_tokens):
-                tokens = source._ids(k, lo, min(lo + chunk_tokens, s["num_tokens"]))
-                digest.update(tokens.tobytes())
-                stream.update(tokens.tobytes())
-                try:
-                    h = _scan_ids(tokens, position, m["vocab_size"], where)
-                except CorpusError as err:  # reported after the checksum: which is it?
-                    bad_id = bad_id or err
-                    h = int(tokens.max())
-                high = h if high is None else max(high, h)
-                position += tokens.size
-                bar.update(tokens.size)
-            if digest.hexdigest() != s["tokens_sha256"]:
-                error = _mismatch(where, "sha256")
-                if bad_id is not None:
-                    raise CorpusError(f"{error} (it now also holds a bad id: {bad_id})") from None
-                raise error
-            if bad_id is not None:
-                raise bad_id
+            h = _scan_shard(
+                chunks, s["tokens_sha256"], where, m["vocab_size"], position, stream, bar
+            )
+            high = _larger(high, h)
+            position += n
     content = content_digest(stream.hexdigest(), offsets_hash.hexdigest())
     checks += _check_stream(m, f"{url}/{MANIFEST_NAME}", content, high)
     return report(source, url, "grainpack", high, checks)
