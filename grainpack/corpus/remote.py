@@ -43,15 +43,16 @@ import random
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from grainpack.corpus.cache import cache_root
 from grainpack.corpus.daemon_pool import DaemonPool
 from grainpack.corpus.errors import CorpusError, CorpusNotFoundError
+from grainpack.corpus.int_options import IntOptions
 from grainpack.corpus.native import MANIFEST_NAME, read_manifest, source_fields
 from grainpack.corpus.remote_cells import CellReader
 from grainpack.corpus.remote_offsets import PAGE, OffsetPages
@@ -69,7 +70,7 @@ _FIRST_LINE = 300
 
 
 @dataclasses.dataclass(frozen=True)
-class RemoteOptions:
+class RemoteOptions(IntOptions):
     """How a remote corpus is read (each also set by an environment variable, read when the
     corpus is opened: ``GRAINPACK_`` and the upper-case name, e.g.
     ``GRAINPACK_REQUEST_BYTES=16777216``).
@@ -90,6 +91,11 @@ class RemoteOptions:
         timeout_s: Seconds one request may take.
     """
 
+    ENV_PREFIX: ClassVar[str] = "GRAINPACK_"
+    MINIMUMS: ClassVar[Mapping[str, int]] = dict.fromkeys(
+        ("gap_bytes", "memory_bytes", "lookahead_bytes", "offsets_bytes", "client_retries"), 0
+    )
+
     request_bytes: int = 8 * MiB
     gap_bytes: int = 256 * 1024
     in_flight: int = 16
@@ -99,35 +105,6 @@ class RemoteOptions:
     attempts: int = 4
     client_retries: int = 3
     timeout_s: int = 60
-
-    def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            minimum = 1
-            if field.name in ("gap_bytes", "memory_bytes", "lookahead_bytes", "offsets_bytes"):
-                minimum = 0
-            if field.name == "client_retries":
-                minimum = 0
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(
-                    f"RemoteOptions.{field.name} must be an int >= {minimum}, got {value!r} "
-                    f"(environment: GRAINPACK_{field.name.upper()})"
-                )
-
-    @classmethod
-    def from_env(cls) -> RemoteOptions:
-        """The defaults, with any ``GRAINPACK_<NAME>`` environment variable over them."""
-        values: dict[str, int] = {}
-        for field in dataclasses.fields(cls):
-            text = os.environ.get(f"GRAINPACK_{field.name.upper()}")
-            if text:
-                try:
-                    values[field.name] = int(text)
-                except ValueError:
-                    raise ValueError(
-                        f"GRAINPACK_{field.name.upper()}={text!r}: expected an int"
-                    ) from None
-        return cls(**values)
 
 
 def _first_line(err: BaseException) -> str:

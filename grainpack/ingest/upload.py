@@ -35,13 +35,14 @@ import hashlib
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from grainpack.corpus.cache import cache_root
 from grainpack.corpus.errors import CorpusError, CorpusExistsError
 from grainpack.corpus.formats import open_corpus
+from grainpack.corpus.int_options import IntOptions
 from grainpack.corpus.native import MANIFEST_NAME, PathLike, read_manifest
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.urls import output_url
@@ -66,7 +67,7 @@ SHA256_KEY = "grainpack-sha256"  # the metadata of an uploaded object: its sha25
 
 
 @dataclasses.dataclass(frozen=True)
-class UploadOptions:
+class UploadOptions(IntOptions):
     """How a corpus is uploaded (each also set by ``GRAINPACK_UPLOAD_<NAME>``, read when a
     write starts, e.g. ``GRAINPACK_UPLOAD_PART_BYTES=67108864``).
 
@@ -77,32 +78,12 @@ class UploadOptions:
         part_concurrency: Parts of one object uploaded at once.
     """
 
+    ENV_PREFIX: ClassVar[str] = "GRAINPACK_UPLOAD_"
+    MINIMUMS: ClassVar[Mapping[str, int]] = {"part_bytes": 5 * MiB}
+
     part_bytes: int = 16 * MiB
     in_flight: int = 8
     part_concurrency: int = 4
-
-    def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            minimum = 5 * MiB if field.name == "part_bytes" else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(
-                    f"UploadOptions.{field.name} must be an int >= {minimum}, got {value!r} "
-                    f"(environment: GRAINPACK_UPLOAD_{field.name.upper()})"
-                )
-
-    @classmethod
-    def from_env(cls) -> UploadOptions:
-        """The defaults, with any ``GRAINPACK_UPLOAD_<NAME>`` environment variable over them."""
-        values: dict[str, int] = {}
-        for field in dataclasses.fields(cls):
-            name = f"GRAINPACK_UPLOAD_{field.name.upper()}"
-            if text := os.environ.get(name):
-                try:
-                    values[field.name] = int(text)
-                except ValueError:
-                    raise ValueError(f"{name}={text!r}: expected an int") from None
-        return cls(**values)
 
 
 def staging_root(url: str, near: PathLike | None = None) -> Path:
