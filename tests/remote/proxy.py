@@ -5,9 +5,9 @@ upstream server and, at set rates drawn from a seeded generator, answers ``503 S
 instead, resets the connection before answering, or sends the upstream's headers with only
 part of the body and closes. It can also add latency per request and cap the bandwidth of
 all its responses together (a token bucket: bodies are sent in chunks, each when the
-cap allows). Loopback only; every
-connection's request loop ends when the client closes it, after ``IDLE_SECONDS`` without a
-request, or at :meth:`FaultProxy.stop`.
+cap allows). With ``deny`` set it answers every request with S3's ``403 AccessDenied``.
+Loopback only; every connection's request loop ends when the client closes it, after
+``IDLE_SECONDS`` without a request, or at :meth:`FaultProxy.stop`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ class FaultProxy:
     Attributes (change them at any time): ``errors``, ``resets``, ``truncations`` (rates of
     GET requests answered with a 503, a reset, a cut body), ``latency`` (seconds added to
     each request), ``bandwidth`` (bytes per second of all response bodies together; 0: no
-    cap). ``counts`` counts requests by outcome, and the body ``bytes`` sent.
+    cap), ``deny`` (every request answered ``403 AccessDenied``). ``counts`` counts requests
+    by outcome, and the body ``bytes`` sent.
 
     Example:
         >>> proxy = FaultProxy("127.0.0.1:9", seed=1)
@@ -47,6 +48,7 @@ class FaultProxy:
         self.errors = self.resets = self.truncations = 0.0
         self.latency = 0.0
         self.bandwidth = 0.0
+        self.deny = False
         self._free_at = 0.0  # when the bandwidth cap lets the next byte out
         self.counts: Counter[str] = Counter()
         self._random = random.Random(seed)
@@ -130,15 +132,17 @@ class FaultProxy:
         body = handler.rfile.read(length) if length else None
         if self.latency:
             time.sleep(self.latency)
-        fault = self._draw() if handler.command == "GET" else None
+        fault = "denied" if self.deny else self._draw() if handler.command == "GET" else None
         self.counts[fault or "forwarded"] += 1
-        if fault == "error":
-            payload = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
-            handler.send_response(503)
+        if fault in ("error", "denied"):
+            status, code = (503, "SlowDown") if fault == "error" else (403, "AccessDenied")
+            payload = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
+            handler.send_response(status)
             handler.send_header("Content-Type", "application/xml")
             handler.send_header("Content-Length", str(len(payload)))
             handler.end_headers()
-            handler.wfile.write(payload)
+            if handler.command != "HEAD":
+                handler.wfile.write(payload)
             return
         if fault == "reset":  # RST, not FIN: SO_LINGER with a zero timeout
             handler.connection.setsockopt(
