@@ -130,6 +130,39 @@ class StagedReader:
         self.chunk_rows = 0
         self.futures: dict[tuple[int, int], concurrent.futures.Future[None]] = {}
         self.lookahead = max(s.options.lookahead_bytes for s in self._remote())
+        self.submitted = 0  # chunks [0, submitted) were started
+        self.piece_ends = np.r_[0, np.cumsum(staged.piece_bytes)]  # bytes before each piece
+
+    def bytes_after(self, row: int) -> int:
+        """Bytes of the staged pieces of the rows from ``row`` on."""
+        ends = self.piece_ends
+        return int(ends[-1] - ends[self.staged.row_pieces.item(row)])
+
+    def start(self, chunk_rows: int) -> None:
+        """Reads go by ``chunk_rows`` rows (the first read's size, unless set before)."""
+        if self.chunk_rows:
+            return
+        self.chunk_rows = max(chunk_rows, 1)
+        rows = self.staged.packed.num_rows
+        heads = self.staged.row_pieces[: rows : self.chunk_rows]
+        ends = np.r_[heads[1:], self.staged.row_pieces[rows]]
+        sizes = self.piece_ends
+        self.chunk_ends = np.cumsum(sizes[ends] - sizes[heads])  # bytes up to each chunk
+
+    def prefetch(self, budget: int) -> None:
+        """Fetches the plan's pieces up to byte ``budget`` (and the chunk that reaches it) in
+        the background, those not started yet; a plan read next gets its first bytes this
+        way before the current plan's last rows are read. Needs :meth:`start`."""
+        last = int(np.searchsorted(self.chunk_ends, budget, side="left"))
+        last = min(last + 1, len(self.chunk_ends))
+        if last <= self.submitted:
+            return
+        for c in range(self.submitted, last):
+            self._submit(c)
+        before = int(self.chunk_ends[self.submitted - 1]) if self.submitted else 0
+        for s in self._remote():
+            s._count("prefetched_bytes", int(self.chunk_ends[last - 1]) - before)
+        self.submitted = last
 
     def __getattr__(self, name: str) -> object:  # only for names this class lacks
         return getattr(self.__dict__["reader"], name)
@@ -166,14 +199,7 @@ class StagedReader:
 
     def read(self, first: int, stop: int, **options: Any) -> np.ndarray:
         """The inner reader's ``read``, once the pieces of rows ``[first, stop)`` are here."""
-        if self.chunk_rows == 0:
-            self.chunk_rows = max(stop - first, 1)
-            rows = self.staged.packed.num_rows
-            heads = self.staged.row_pieces[: rows : self.chunk_rows]
-            ends = np.r_[heads[1:], self.staged.row_pieces[rows]]
-            sizes = np.r_[0, np.cumsum(self.staged.piece_bytes)]
-            self.chunk_ends = np.cumsum(sizes[ends] - sizes[heads])  # bytes up to each chunk
-            self.submitted = 0  # chunks [0, submitted) were started
+        self.start(stop - first)
         needed = range(first // self.chunk_rows, (max(stop, first + 1) - 1) // self.chunk_rows + 1)
         began, inline = time.perf_counter(), False
         for c in needed:  # not started: read here (no thread to wait for)
@@ -195,18 +221,10 @@ class StagedReader:
         if waited:
             for s in self._remote():
                 s._count("wait_seconds", time.perf_counter() - began)
+                s._count("inline_reads", inline)
         # then the rows after them: requests that would delay these go out once they are in
-        done = int(self.chunk_ends[needed[-1]])
-        last = int(np.searchsorted(self.chunk_ends, done + self.lookahead, side="left"))
-        last = min(last + 1, len(self.chunk_ends))  # the chunk that reaches the lookahead too
-        start = max(self.submitted, needed[-1] + 1)
-        if last > start:
-            for c in range(start, last):
-                self._submit(c)
-            ahead = int(self.chunk_ends[last - 1] - self.chunk_ends[start - 1])
-            for s in self._remote():
-                s._count("prefetched_bytes", ahead)
-        self.submitted = max(self.submitted, last, needed[-1] + 1)
+        self.submitted = max(self.submitted, needed[-1] + 1)
+        self.prefetch(int(self.chunk_ends[needed[-1]]) + self.lookahead)
         return self.reader.read(first, stop, **options)
 
     def __del__(self) -> None:

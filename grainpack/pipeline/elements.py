@@ -37,10 +37,10 @@ import grain
 import numpy as np
 from grain._src.python.ipc.shared_memory_array import SharedMemoryArray
 
+from grainpack.corpus.staging import StagedReader
 from grainpack.index.packed import PackedRows
-from grainpack.pipeline.batches import PipelineBatches
+from grainpack.pipeline.batches import CheckedReader, PipelineBatches
 from grainpack.pipeline.expand import compact_rows, describe_rows, expand_rows
-from grainpack.pipeline.gather import RowReader
 from grainpack.pipeline.pool import ArrayPool
 
 # Batches whose int32 arrays are smaller than this are read and expanded in groups of about
@@ -279,6 +279,15 @@ def _unlink_now(buffer: np.ndarray) -> None:
         buffer._unlink_on_del = False
 
 
+@dataclasses.dataclass(frozen=True)
+class _Element:
+    """An element as :class:`ExpandedBatches` reads it."""
+
+    plan: PackedRows
+    reader: CheckedReader | StagedReader | _Gathered
+    shared: bool  # from a worker: the plan is a view of Grain's shared memory
+
+
 class ExpandedBatches:
     """Consumer side of :class:`PlannedSteps`: reads (unless the element brought its tokens)
     and expands :func:`group_rows` rows at once and yields one batch per ``next`` (in the
@@ -292,40 +301,69 @@ class ExpandedBatches:
         self.compact = batches.config.layout == "compact"
         self.group = self.rows if self.compact else group_rows(batches)
         self.plan: PackedRows | None = None
-        self.reader: RowReader | _Gathered | None = None
+        self.reader: CheckedReader | StagedReader | _Gathered | None = None
         self.described: dict[str, np.ndarray] | None = None
         self.next_row = 0
         self.pending: collections.deque[dict[str, np.ndarray]] = collections.deque()
+        self.upcoming: collections.deque[_Element | Exception] = collections.deque()
         # Arrays of 256 rows of 2048 are MBs: fresh ones cost a page fault per 4 KiB.
         self.pool = ArrayPool()
         self.ring = _RingViews()
 
+    def _take(self) -> _Element:
+        """The next element: its plan, its reader, whether it came from a worker."""
+        element = next(self.elements)
+        shared = not isinstance(element, PackedRows)
+        tokens = element.get("tokens") if shared else None
+        if shared and "ring" in element:  # in a slot of a worker's ring
+            element, tokens = self.ring.open(element)
+        elif shared:
+            _unlink_now(element["bytes"])
+            if tokens is not None:  # a plain ndarray view, as the plan's
+                _unlink_now(tokens)
+                tokens = np.asarray(tokens)
+        if shared:
+            element = PackedRows.from_element(element)
+        reader = self.batches.reader(element) if tokens is None else _Gathered(tokens)
+        return _Element(element, reader, shared)
+
+    def _stage_ahead(self) -> None:
+        """Sources on object storage: starts fetching the next elements' pieces while this
+        one's last rows are read, up to ``lookahead_bytes`` past the row being read. Their
+        plans are taken from the elements early, at most one a batch (a failure to take
+        one is raised where the element is due)."""
+        budget = self.reader.lookahead - self.reader.bytes_after(self.next_row)
+        for element in self.upcoming:
+            if budget <= 0 or not isinstance(element, _Element):
+                return
+            element.reader.prefetch(budget)
+            budget -= element.reader.bytes_after(0)
+        if budget > 0:  # one more element a batch: each plans on this thread
+            try:
+                element = self._take()
+            except Exception as err:  # raised when the element is due
+                self.upcoming.append(err)
+                return
+            self.upcoming.append(element)
+            if isinstance(element.reader, StagedReader):
+                element.reader.start(self.group)
+                element.reader.prefetch(budget)
+
     def __next__(self) -> dict[str, np.ndarray]:
         if not self.pending:
             if self.plan is None or self.next_row == self.plan.num_rows:
-                element = next(self.elements)
-                shared = not isinstance(element, PackedRows)
-                tokens = element.get("tokens") if shared else None
-                if shared and "ring" in element:  # in a slot of a worker's ring
-                    element, tokens = self.ring.open(element)
-                elif shared:
-                    _unlink_now(element["bytes"])
-                    if tokens is not None:  # a plain ndarray view, as the plan's
-                        _unlink_now(tokens)
-                        tokens = np.asarray(tokens)
-                if shared:
-                    element = PackedRows.from_element(element)
-                self.plan, self.next_row = element, 0
-                if tokens is None:
-                    self.reader = self.batches.reader(element)
-                else:
-                    self.reader = _Gathered(tokens)
+                element = self.upcoming.popleft() if self.upcoming else self._take()
+                if isinstance(element, BaseException):
+                    raise element
+                self.plan, self.reader, self.next_row = element.plan, element.reader, 0
                 if self.compact:
                     block = self.batches.config.block
-                    self.described = describe_rows(element, block=block, shared=shared)
+                    self.described = describe_rows(element.plan, block=block, shared=element.shared)
             first = self.next_row
             self.next_row = min(first + self.group, self.plan.num_rows)
             tokens = self.reader.read(first, self.next_row, pool=self.pool)
+            if isinstance(self.reader, StagedReader):
+                self._stage_ahead()
             if self.compact:
                 return compact_rows(self.plan, tokens, first=first, rows=self.described)
             arrays = expand_rows(self.plan, tokens, first=first, pool=self.pool)
@@ -347,5 +385,6 @@ class ExpandedBatches:
         # stopped its workers made close() wait for them.
         self.plan = self.reader = self.described = None
         self.pending.clear()
+        self.upcoming.clear()
         self.pool.clear()
         self.ring.clear()

@@ -327,6 +327,23 @@ def test_the_iterator_reports_what_its_remote_sources_fetched(corpora):
     assert iter(gp.make_dataset(local)).remote_stats() == {}
 
 
+@pytest.mark.parametrize("name", ["docs-exact", "mixed-schedule-blocked-provenance-compact"])
+def test_the_next_elements_are_staged_before_they_are_due(corpora, monkeypatch, name):
+    """Elements of 4 steps: each one's pieces are fetched while the one before is read, so
+    only the first rows of the run are read on the calling thread (one per source); before,
+    every element's first rows were."""
+    monkeypatch.setattr("grainpack.pipeline.batches.ELEMENT_STEPS", 4)
+    local, remote = configs(corpora, CONFIGS[name])
+    expected, it = iter(gp.make_dataset(local)), iter(gp.make_dataset(remote))
+    assert it._batches.steps_per_element == 4
+    for _ in range(41):  # 11 elements
+        want, got = next(expected), next(it)
+        assert all(np.array_equal(want[k], got[k]) for k in want)
+    for stats in it.remote_stats().values():
+        assert stats["inline_reads"] == 1
+        assert stats["prefetched_bytes"] > 0
+
+
 def test_a_window_read_ahead_serves_its_pieces_without_requests(corpora):
     local, url = corpora["en"]
     source = open_remote(url, options=RemoteOptions(request_bytes=2048, memory_bytes=1 << 20))
