@@ -1,8 +1,9 @@
 """Corpora read over ``http://`` (issue 33: ``https://`` read-only), from a static file server
 on loopback (tests/remote/http_files.py: Range, HEAD, ETag, If-Match): what is read is the
 local corpus bit for bit, reads are ranged and pinned, and a file replaced on the server is
-refused. Plain HTTP on loopback takes the code path of ``https://`` (obstore's HTTP store;
-its TLS trusts only the public roots, so a self-signed test server cannot stand in).
+refused. Plain HTTP on loopback takes the code path of ``https://`` (obstore's HTTP store):
+obstore's TLS client trusts its built-in roots (it does not read ``SSL_CERT_FILE``), so a
+self-signed test server would need certificate checks turned off.
 
     python -m pytest -q -p no:cacheprovider -n 0 tests/remote/test_remote_http.py
 """
