@@ -306,6 +306,7 @@ class ExpandedBatches:
         self.next_row = 0
         self.pending: collections.deque[dict[str, np.ndarray]] = collections.deque()
         self.upcoming: collections.deque[_Element | Exception] = collections.deque()
+        self.plans_read = False
         # Arrays of 256 rows of 2048 are MBs: fresh ones cost a page fault per 4 KiB.
         self.pool = ArrayPool()
         self.ring = _RingViews()
@@ -362,8 +363,9 @@ class ExpandedBatches:
             first = self.next_row
             self.next_row = min(first + self.group, self.plan.num_rows)
             tokens = self.reader.read(first, self.next_row, pool=self.pool)
-            if isinstance(self.reader, StagedReader):
-                self._stage_ahead()
+            if isinstance(self.reader, StagedReader) and self.plans_read:
+                self._stage_ahead()  # from the second read on: the first batch comes first
+            self.plans_read = True
             if self.compact:
                 return compact_rows(self.plan, tokens, first=first, rows=self.described)
             arrays = expand_rows(self.plan, tokens, first=first, pool=self.pool)
