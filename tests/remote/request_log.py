@@ -9,8 +9,9 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-# werkzeug colours the lines of some statuses (ANSI escapes inside the quotes)
-_LINE = re.compile(r'"(?:\x1b\[[\d;]*m)?([A-Z]+) (\S+) HTTP/[\d.]+(?:\x1b\[0m)?" (\d{3})')
+# werkzeug colours the lines of some statuses (ANSI escapes inside the quotes: two for a
+# 206, magenta and bold)
+_LINE = re.compile(r'"(?:\x1b\[[\d;]*m)*([A-Z]+) (\S+) HTTP/[\d.]+(?:\x1b\[0m)?" (\d{3})')
 
 
 class RequestLog(logging.Handler):
