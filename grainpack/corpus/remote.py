@@ -17,8 +17,11 @@ ETag pinned by its first read), and what needs every document's length (the exac
 sha256, as summaries are.
 
 Tokens are never downloaded whole: reads ask for pieces (shard, token range), which are
-served from a bounded in-memory LRU of fetched ranges or coalesced (neighbours closer than
-``gap_bytes``, up to ``request_bytes`` a request) into ranged GETs, ``in_flight`` at a time.
+served from a bounded in-memory LRU of fetched ranges, from the host's disk cache of aligned
+chunks when ``disk_bytes`` is set (:mod:`grainpack.corpus.remote_disk`: every chunk a fetch
+covers whole is written there, keyed by the object's pinned ETag), or coalesced (neighbours
+closer than ``gap_bytes``, up to ``request_bytes`` a request) into ranged GETs,
+``in_flight`` at a time.
 Every GET carries ``If-Match`` with the pinned ETag and every response's length is checked:
 an object replaced since the open is refused with a :class:`CorpusError` naming its URL,
 like a rewritten local file; a failed or short read is retried (obstore's own retries, then
@@ -55,6 +58,7 @@ from grainpack.corpus.errors import CorpusError, CorpusNotFoundError
 from grainpack.corpus.int_options import IntOptions
 from grainpack.corpus.native import MANIFEST_NAME, read_manifest, source_fields
 from grainpack.corpus.remote_cells import CellReader
+from grainpack.corpus.remote_disk import DiskRanges
 from grainpack.corpus.remote_offsets import PAGE, OffsetPages
 from grainpack.corpus.shards import OffsetsFile, ShardRecord
 from grainpack.corpus.source import TokenShardSource
@@ -86,6 +90,11 @@ class RemoteOptions(IntOptions):
             background ahead of the rows being read (0: none).
         offsets_bytes: Byte budget of the document offsets read by range (the blocked
             order's windows, ``8*K*C`` bytes each; keep two windows' worth).
+        disk_bytes: Byte budget of the host's disk cache of token bytes (0: none), shared
+            by every corpus and process of the host (:mod:`grainpack.corpus.remote_disk`):
+            aligned chunks of ``request_bytes / 2`` (at most 4 MiB) that a fetch covered
+            whole are kept there, least recently used evicted, and read before the network
+            by later epochs and restarts.
         attempts: Reads of one range (each with obstore's own retries) before failing.
         client_retries: obstore's retries of one request (5xx, resets, timeouts).
         timeout_s: Seconds one request may take.
@@ -93,7 +102,15 @@ class RemoteOptions(IntOptions):
 
     ENV_PREFIX: ClassVar[str] = "GRAINPACK_"
     MINIMUMS: ClassVar[Mapping[str, int]] = dict.fromkeys(
-        ("gap_bytes", "memory_bytes", "lookahead_bytes", "offsets_bytes", "client_retries"), 0
+        (
+            "gap_bytes",
+            "memory_bytes",
+            "lookahead_bytes",
+            "offsets_bytes",
+            "client_retries",
+            "disk_bytes",
+        ),
+        0,
     )
 
     request_bytes: int = 8 * MiB
@@ -105,6 +122,7 @@ class RemoteOptions(IntOptions):
     attempts: int = 4
     client_retries: int = 3
     timeout_s: int = 60
+    disk_bytes: int = 0
 
 
 def _first_line(err: BaseException) -> str:
@@ -425,9 +443,26 @@ class RemoteShardSource(TokenShardSource):
         )
         self._whole: set[int] = set()  # shards whose whole offsets object is in the cache
         items = self._file_dtype.itemsize
+        cell = max(1, self.options.request_bytes // 2)
+        # the disk's chunks are the windows' cells (4 MiB by default), so a window read
+        # ahead is kept whole and found whole
+        self._disk = (
+            DiskRanges(
+                [
+                    (f"{self.url}/{name}", etag, s.byte_offset)
+                    for name, etag, s in zip(self.objects, self.etags, self._shards)
+                ],
+                [s.num_tokens * items for s in self._shards],
+                chunk=min(cell, 4 * MiB),
+                budget=self.options.disk_bytes,
+                count=self._count,
+            )
+            if self.options.disk_bytes
+            else None
+        )
         self._cells = CellReader(
             [s.num_tokens * items for s in self._shards],
-            cell=max(1, self.options.request_bytes // 2),
+            cell=cell,
             request=self.options.request_bytes,
             budget=self.options.memory_bytes,
             fetch=self._fetch_bytes,
@@ -450,6 +485,7 @@ class RemoteShardSource(TokenShardSource):
             "_whole",
             "_stager",
             "_cells",
+            "_disk",
             "_reads_tokens",
         ):
             state.pop(key, None)
@@ -474,14 +510,17 @@ class RemoteShardSource(TokenShardSource):
     @property
     def stats(self) -> dict[str, float]:
         """What this process fetched: ``bytes`` and ``requests`` (ranged GETs and metadata
-        downloads), ``request_seconds`` (summed over requests), ``pieces``,
+        downloads), ``token_requests`` (the ranged GETs of tokens among them),
+        ``request_seconds`` (summed over requests), ``pieces``,
         ``cache_hits`` (pieces served from the in-memory LRU), ``retries`` (ours, beyond
         obstore's), ``wait_seconds`` (time reads waited for the network),
         ``prefetched_bytes`` (staged ahead of the rows being read), ``offsets_bytes``
         (document offsets read by range), ``window_bytes`` (the blocked order's windows read
         ahead whole, :mod:`grainpack.corpus.remote_cells`), ``metadata_cache_hits``/
-        ``metadata_fetches`` (summaries, whole offsets objects) and ``in_flight`` (ranged
-        GETs being answered now)."""
+        ``metadata_fetches`` (summaries, whole offsets objects), ``in_flight`` (ranged
+        GETs being answered now) and, with a disk cache (``disk_bytes``), ``disk_hits``
+        (chunks read from it), ``disk_bytes_read``, ``disk_bytes_written`` and
+        ``disk_damaged`` (chunks found damaged, deleted and fetched again)."""
         with self._stats_lock:
             stats = dict(self._stats)
         stats["in_flight"] = self._client.in_flight
@@ -567,11 +606,46 @@ class RemoteShardSource(TokenShardSource):
             self._cells.read_ahead(ranges)
 
     def _fetch_bytes(self, k: int, lo: int, hi: int) -> Any:
-        """Bytes ``[lo, hi)`` of shard ``k``'s tokens (one ranged GET), read ahead."""
+        """Bytes ``[lo, hi)`` of shard ``k``'s tokens, read ahead: one ranged GET, or with
+        a disk cache, the chunks that cover them, those it lacks fetched whole (one GET from
+        the first to the last missing): a window's runs rarely start or end on a chunk's
+        edge, and the chunks they cut would never be kept otherwise."""
+        self._count("window_bytes", hi - lo)
+        if self._disk is None:
+            return self._get(k, lo, hi)
+        chunk = self._disk.chunk
+        first = lo // chunk
+        parts = [self._disk.read(k, c) for c in range(first, -(-hi // chunk))]
+        missing = [first + i for i, part in enumerate(parts) if part is None]
+        if missing:
+            a, b = missing[0] * chunk, min((missing[-1] + 1) * chunk, self._disk.sizes[k])
+            data = memoryview(self._get(k, a, b)).cast("B")
+            for c in missing:
+                parts[c - first] = data[c * chunk - a : (c + 1) * chunk - a]
+        held = parts[0] if len(parts) == 1 else memoryview(b"".join(parts))  # type: ignore[arg-type]
+        return held[lo - first * chunk : hi - first * chunk]
+
+    def _get(self, k: int, lo: int, hi: int) -> Any:
+        """Bytes ``[lo, hi)`` of shard ``k``'s tokens (one ranged GET), kept on disk."""
         base = self._shards[k].byte_offset
         data = self._client.get_range(self.objects[k], base + lo, base + hi, self.etags[k])
-        self._count("window_bytes", hi - lo)
+        self._count("token_requests", 1)
+        if self._disk is not None:
+            self._disk.write(k, lo, data)
         return data
+
+    def _from_disk(self, k: int, at: int) -> tuple[int, int, memoryview] | None:
+        """``(start, stop, bytes)`` of the disk cache's chunk that holds byte ``at`` of
+        shard ``k`` (put in the in-memory LRU too), if it holds it."""
+        if self._disk is None:
+            return None
+        c = at // self._disk.chunk
+        data = self._disk.read(k, c)
+        if data is None:
+            return None
+        start = c * self._disk.chunk
+        self._ranges.add(k, start, data)
+        return start, start + len(data), data
 
     def _document_range(self, i: int) -> tuple[int, int]:
         a, b = self.document_offsets(np.array([i, i + 1])).tolist()
@@ -630,7 +704,7 @@ class RemoteShardSource(TokenShardSource):
             lo, hi, t = a * items, b * items, t * items
             while lo < hi:  # from the ranges held, which may split it (a window's cells)
                 if not (held[0] == k and held[1] <= lo < held[2]):
-                    entry = self._ranges.entry(k, lo, lo + 1)
+                    entry = self._ranges.entry(k, lo, lo + 1) or self._from_disk(k, lo)
                     if entry is None:
                         break
                     held = (k, *entry)
@@ -675,15 +749,18 @@ class RemoteShardSource(TokenShardSource):
         with it, so that the pieces of later rows are read from memory."""
         if self._ranges.find(shard, lo, hi) is not None:
             return
-        base = self._shards[shard].byte_offset
-        data = self._client.get_range(self.objects[shard], base + lo, base + hi, self.etags[shard])
-        self._ranges.add(shard, lo, data)
+        if self._disk is not None:  # whole from the disk cache's chunks, if it holds them
+            at = lo
+            while at < hi and (entry := self._from_disk(shard, at)) is not None:
+                at = entry[1]
+            if at >= hi:
+                return
+        self._ranges.add(shard, lo, self._get(shard, lo, hi))
 
     def _fetch_group(self, target: np.ndarray, group: list[tuple[int, int, int, int]]) -> None:
         k = group[0][0]
         lo, hi = group[0][1], max(p[2] for p in group)
-        base = self._shards[k].byte_offset
-        data = self._client.get_range(self.objects[k], base + lo, base + hi, self.etags[k])
+        data = self._get(k, lo, hi)
         whole = np.frombuffer(data, np.uint8)
         for _, s, e, t in group:
             target[t : t + e - s] = whole[s - lo : e - lo]
