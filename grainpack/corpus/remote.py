@@ -138,23 +138,45 @@ def _changed(url: str, what: str) -> CorpusError:
     )
 
 
+def _aws_tried() -> str:
+    """Which AWS credential source obstore used, by the environment it reads."""
+    if key := os.environ.get("AWS_ACCESS_KEY_ID"):
+        return f"the access key AWS_ACCESS_KEY_ID={key[:4]}... from the environment"
+    if token := os.environ.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
+        return f"the web identity token AWS_WEB_IDENTITY_TOKEN_FILE={token}"
+    if any(k.startswith("AWS_CONTAINER_CREDENTIALS_") for k in os.environ):
+        return "the container's credentials (AWS_CONTAINER_CREDENTIALS_*)"
+    return "the instance's metadata service (no AWS_ACCESS_KEY_ID in the environment)"
+
+
 def _credentials_hint(url: str) -> str:
-    scheme = url.split(":", 1)[0]
-    sources = {
-        "gs": "GOOGLE_APPLICATION_CREDENTIALS / GOOGLE_SERVICE_ACCOUNT, gcloud's application "
-        "default credentials or the instance's metadata server",
-        "http": "none (plain HTTP reads are anonymous)",
-        "https": "none (plain HTTPS reads are anonymous)",
-    }.get(
-        scheme,
-        "AZURE_STORAGE_ACCOUNT_NAME / AZURE_STORAGE_ACCOUNT_KEY / AZURE_CLIENT_*, or a "
-        "managed identity"
-        if scheme in ("az", "azure", "abfs", "abfss", "adl")
-        else "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), "
-        "AWS_WEB_IDENTITY_TOKEN_FILE, or the instance's metadata service; S3-compatible "
-        "servers also need AWS_ENDPOINT_URL (and AWS_ALLOW_HTTP=true for http://)",
-    )
-    return f"credentials are read from {sources}"
+    """What to check after access was denied to ``url``: the credentials tried, where
+    they come from."""
+    scheme = url.split(":", 1)[0].lower()
+    if scheme in ("http", "https"):
+        return (
+            "http(s):// reads are anonymous (no credentials are sent): make the files readable "
+            "without credentials on the server, or read the bucket through its own scheme "
+            "(s3://, gs://, az://) with credentials"
+        )
+    if scheme == "gs":
+        sources = (
+            "GOOGLE_APPLICATION_CREDENTIALS / GOOGLE_SERVICE_ACCOUNT, gcloud's application "
+            "default credentials or the instance's metadata server"
+        )
+    elif scheme in ("az", "azure", "abfs", "abfss", "adl"):
+        sources = (
+            "AZURE_STORAGE_ACCOUNT_NAME / AZURE_STORAGE_ACCOUNT_KEY / AZURE_CLIENT_*, or a "
+            "managed identity"
+        )
+    else:
+        sources = (
+            f"AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), "
+            "AWS_WEB_IDENTITY_TOKEN_FILE, or the instance's metadata service (tried: "
+            f"{_aws_tried()}); S3-compatible servers also need AWS_ENDPOINT_URL (and "
+            "AWS_ALLOW_HTTP=true for http://)"
+        )
+    return f"credentials are read from {sources}: check them and the bucket's policy"
 
 
 def _store_error(err: BaseException, url: str, doing: str) -> CorpusError | None:
@@ -171,8 +193,7 @@ def _store_error(err: BaseException, url: str, doing: str) -> CorpusError | None
         )
     if isinstance(err, ox.PermissionDeniedError | ox.UnauthenticatedError | PermissionError):
         return CorpusError(
-            f"{url}: access denied ({doing}): {_first_line(err)}; {_credentials_hint(url)}: "
-            "check them and the bucket's policy"
+            f"{url}: access denied ({doing}): {_first_line(err)}; {_credentials_hint(url)}"
         )
     if isinstance(err, ox.UnknownConfigurationKeyError | ox.NotSupportedError):
         return CorpusError(f"{url}: {_first_line(err)} ({doing})")
@@ -469,6 +490,7 @@ class RemoteShardSource(TokenShardSource):
             keep=self._ranges.add,
             held=lambda k, lo, hi: self._ranges.entry(k, lo, hi) is not None,
             submit=lambda *args: self._client.pool.submit(*args),
+            gap=self.options.gap_bytes,
         )
         # reads windows ahead: the opened source, or a copy once it read tokens (a copy in a
         # Grain worker only plans, and fetching tokens there would be wasted)

@@ -1,21 +1,19 @@
-"""Reading a remote corpus's next window ahead, whole: aligned cells of its token objects.
+"""Reading a remote corpus's next window ahead, whole: the byte ranges of its runs.
 
 The blocked order announces each window's runs of documents before it reads them
 (:meth:`~grainpack.corpus.remote.RemoteShardSource.read_ahead`): the next window's, on a
 background thread, once the rows read pass the middle of the current one. Every document of
 a window is read during the window, in an order known only row by row; fetched as exact
 pieces, a window of short documents costs a request per document. :class:`CellReader`
-fetches the window's token ranges instead, whole, as aligned cells of ``cell`` bytes cut to
-the ranges (a cell at a run's end holds only the run's bytes: nothing outside the window is
-fetched; runs of neighbouring missing cells coalesced, up to ``request_bytes`` a request, on
-the request threads) into the source's in-memory LRU, where the pieces of the window's rows
-are then found. A read whose piece lies in a cell still in flight waits for it instead of
-asking again.
+fetches the window's token ranges instead, whole: each run's bytes (runs closer than ``gap``
+bytes, and the parts of a long run, share requests of up to ``request`` bytes, on the
+request threads), kept in the source's in-memory LRU by aligned cells of ``cell`` bytes cut
+to the runs, where the pieces of the window's rows are then found. Nothing outside the
+window is fetched but the gaps of coalesced requests. A read whose piece lies in a cell
+still in flight waits for it instead of asking again.
 
-Cells are fetched only when they are worth it: when their bytes are at most twice the runs'
-(runs of short documents spread over a large corpus would fetch mostly what lies between
-them, inside a cell) and fit half the LRU's budget (a window that does not fit would evict
-itself).
+A window is read ahead only if its runs fit half the LRU's budget (a window that does not
+fit would evict itself).
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 __all__ = ["CellReader"]
@@ -32,8 +31,7 @@ logger = logging.getLogger(__name__)
 
 
 class CellReader:
-    """Background reads of whole cells of a source's token objects (see the module
-    docstring).
+    """Background reads of the byte ranges of a window's runs (see the module docstring).
 
     Args:
         sizes: Bytes of each shard's tokens.
@@ -45,6 +43,8 @@ class CellReader:
         keep: ``keep(shard, lo, data)`` puts bytes in the LRU.
         held: ``held(shard, lo, hi)``: whether the LRU holds those bytes.
         submit: Runs a call on the request threads (returns a future).
+        gap: Ranges of a shard this close share a request (the bytes between are fetched,
+            not kept).
 
     Example:
         >>> data = bytes(range(100)) * 10  # one shard of 1000 bytes
@@ -54,12 +54,17 @@ class CellReader:
         ...                    fetch=lambda k, lo, hi: data[lo:hi],
         ...                    keep=lambda k, lo, b: kept.__setitem__(lo, len(b)),
         ...                    held=lambda k, lo, hi: lo in kept,
-        ...                    submit=ThreadPoolExecutor(2).submit)
+        ...                    submit=ThreadPoolExecutor(2).submit, gap=16)
         >>> cells.read_ahead([(0, 10, 600)])  # cells 0..2, cut to the range: [10, 512), [512, 600)
         True
         >>> cells.wait([(0, 0, 600)])
         >>> sorted(kept.items())
         [(10, 246), (256, 256), (512, 88)]
+        >>> cells.read_ahead([(0, 700, 720), (0, 730, 760)])  # one request, two ranges kept
+        True
+        >>> cells.wait([(0, 700, 760)])
+        >>> sorted(kept.items())[3:]
+        [(700, 20), (730, 30)]
     """
 
     def __init__(
@@ -73,50 +78,59 @@ class CellReader:
         keep: Callable[[int, int, Any], None],
         held: Callable[[int, int, int], bool],
         submit: Callable[..., concurrent.futures.Future[Any]],
+        gap: int = 0,
     ) -> None:
         self.sizes, self.cell, self.request, self.budget = list(sizes), cell, request, budget
         self.fetch, self.keep, self.held, self.submit = fetch, keep, held, submit
+        self.gap = gap
         self.lock = threading.Lock()
-        self.in_flight: dict[tuple[int, int], concurrent.futures.Future[Any]] = {}
+        # (shard, cell) -> the requests in flight that hold parts of it: (lo, hi, future)
+        self.in_flight: dict[tuple[int, int], list[tuple[int, int, Future]]] = {}
         self.fetched_bytes = 0
 
-    def _cells(self, ranges: Sequence[tuple[int, int, int]]) -> dict[tuple[int, int], list[int]]:
-        """The cells ``(shard, c)`` of byte ranges ``(shard, lo, hi)``, each with the part
-        of it the ranges cover, ``[lo, hi)`` (a cell at a range's end is cut there)."""
-        cell, found = self.cell, {}
+    def _pieces(self, ranges: Sequence[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
+        """Byte ranges ``(shard, lo, hi)`` cut at cell boundaries, as ``(shard, cell, lo,
+        hi)`` sorted, overlaps merged."""
+        cell, pieces = self.cell, []
         for k, lo, hi in ranges:
             for c in range(lo // cell, (hi - 1) // cell + 1) if hi > lo else ():
-                a, b = max(lo, c * cell), min(hi, (c + 1) * cell)
-                part = found.setdefault((k, c), [a, b])
-                part[0], part[1] = min(part[0], a), max(part[1], b)
-        return dict(sorted(found.items()))
+                pieces.append((k, c, max(lo, c * cell), min(hi, (c + 1) * cell)))
+        merged: list[tuple[int, int, int, int]] = []
+        for k, c, a, b in sorted(pieces):
+            if merged and merged[-1][:2] == (k, c) and a <= merged[-1][3]:
+                merged[-1] = (k, c, merged[-1][2], max(b, merged[-1][3]))
+            else:
+                merged.append((k, c, a, b))
+        return merged
+
+    def _flying(self, k: int, c: int, a: int, b: int) -> bool:
+        return any(lo < b and a < hi for lo, hi, _ in self.in_flight.get((k, c), ()))
 
     def read_ahead(self, ranges: Sequence[tuple[int, int, int]]) -> bool:
-        """Starts fetching the cells of byte ranges ``(shard, lo, hi)`` not held or in
-        flight, if worth it (see the module docstring); whether it did."""
-        cells = self._cells(ranges)
-        wanted = sum(hi - lo for _, lo, hi in ranges)
-        span = sum(b - a for a, b in cells.values())
-        if not cells or span > 2 * wanted or span > self.budget // 2:
+        """Starts fetching byte ranges ``(shard, lo, hi)``, the parts not held or in flight,
+        if they fit half the LRU; whether it did."""
+        pieces = self._pieces(ranges)
+        if not pieces or sum(b - a for *_, a, b in pieces) > self.budget // 2:
             return False
         with self.lock:
-            missing = [
-                (k, c, a, b)
-                for (k, c), (a, b) in cells.items()
-                if (k, c) not in self.in_flight and not self.held(k, a, b)
-            ]
-            per = max(1, self.request // self.cell)
+            missing = [p for p in pieces if not self._flying(*p) and not self.held(p[0], *p[2:])]
             groups: list[list[tuple[int, int, int, int]]] = []
             for k, c, a, b in missing:
                 last = groups[-1] if groups else None
-                if last and last[-1][:2] == (k, c - 1) and last[-1][3] == a and len(last) < per:
+                if (
+                    last
+                    and last[-1][0] == k
+                    and a - last[-1][3] <= self.gap
+                    and b - last[0][2] <= self.request
+                ):
                     last.append((k, c, a, b))
                 else:
                     groups.append([(k, c, a, b)])
             for group in groups:
                 future = self.submit(self._one, group)
+                lo, hi = group[0][2], group[-1][3]
                 for k, c, _, _ in group:
-                    self.in_flight[(k, c)] = future
+                    self.in_flight.setdefault((k, c), []).append((lo, hi, future))
         return True
 
     def _one(self, group: list[tuple[int, int, int, int]]) -> None:
@@ -127,16 +141,26 @@ class CellReader:
                 self.keep(k, a, data[a - lo : b - lo])
             self.fetched_bytes += hi - lo
         except Exception as err:  # the reads that need these bytes fetch them and say why
-            logger.debug("reading cells %s ahead failed: %s", group, err)
+            logger.debug("reading %s ahead failed: %s", group, err)
         finally:
             with self.lock:
-                for k, c, _, _ in group:
-                    self.in_flight.pop((k, c), None)
+                for key in {(k, c) for k, c, _, _ in group}:
+                    rest = [e for e in self.in_flight.get(key, ()) if e[:2] != (lo, hi)]
+                    if rest:
+                        self.in_flight[key] = rest
+                    else:
+                        self.in_flight.pop(key, None)
 
     def wait(self, ranges: Sequence[tuple[int, int, int]]) -> None:
-        """Waits for the cells in flight that hold any of byte ranges ``(shard, lo, hi)``."""
+        """Waits for the requests in flight that hold any of byte ranges ``(shard, lo,
+        hi)``."""
         with self.lock:
             if not self.in_flight:
                 return
-            futures = {id(f): f for key in self._cells(ranges) if (f := self.in_flight.get(key))}
+            futures = {
+                id(f): f
+                for k, c, a, b in self._pieces(ranges)
+                for lo, hi, f in self.in_flight.get((k, c), ())
+                if lo < b and a < hi
+            }
         concurrent.futures.wait(list(futures.values()))

@@ -183,7 +183,9 @@ def test_the_blocked_order_reads_offsets_by_range_never_whole(corpora, tmp_path,
     stats = it._batches.sources[0].stats
     assert "metadata_fetches" not in stats  # no whole offsets object (summaries: cached)
     assert all(etag is not None for etag in it._batches.sources[0].offsets_etags)
-    # one window: the pages of its 8 runs of 16 documents (2 KiB each, less at shard ends)
+    # one window: the pages of its 8 runs of 16 documents (2 KiB each, less at shard ends);
+    # no LRU, so its tokens are not read ahead
+    monkeypatch.setenv("GRAINPACK_MEMORY_BYTES", "0")
     source = gp.open_corpus(corpora["en"][1])
     rows = BLOCKED.row_stream(
         source, unit="documents", block=31, seed=0, boundary=False, selector=None,

@@ -144,11 +144,6 @@ def test_access_denied_over_http_names_the_url(files, capsys, status, text):
     assert took.sub(" in T ", printed) == took.sub(" in T ", message)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="remote._store_error ends every access-denied message with 'check them and the "
-    "bucket's policy', also for http(s):// where no credentials are sent",
-)
 def test_access_denied_over_http_says_how_to_fix_an_anonymous_read(files):
     files.deny = 403
     with pytest.raises(CorpusError) as info:
@@ -162,11 +157,6 @@ def test_access_denied_over_http_says_how_to_fix_an_anonymous_read(files):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="remote._credentials_hint lists every source a client may read credentials from, "
-    "not the one it used: the environment's AWS_ACCESS_KEY_ID here",
-)
 def test_access_denied_on_s3_names_the_credentials_that_were_tried(corpora, proxy):
     proxy.deny = True
     with pytest.raises(CorpusError, match=r"the access key AWS_ACCESS_KEY_ID=test\.\.\. from "):
