@@ -121,6 +121,10 @@ class PipelineBatches:
         self.evaluation = evaluation
         self._sources: list[TokenShardSource] | None = None
         self._rows: dict[int, EpochRows] = {}
+        # Sources on object storage: no window is planned (and read) ahead before the first
+        # batch is made, whose own reads come first (see first_batch_served); None: not
+        # decided (the sources are opened on first use)
+        self._ahead_held: bool | None = None
         self._mixer: SlotMixer | None = None
         self._revision = online_revision(config.sequence_selector, config.weights)
         # (slot, per-source counts before it), known from a restored state: the mixer's count
@@ -227,7 +231,20 @@ class PipelineBatches:
                     rows.add_anchor(tuple(self.window_anchors[j]))
             rows.replay_limit = MAX_REPLAY_DOCUMENTS  # what one plan may replay
             self._rows[j] = rows
+            if self._ahead_held is None:
+                self._ahead_held = any(getattr(s, "remote", False) for s in self.sources)
+            _planning_ahead(rows, not self._ahead_held)
         return rows
+
+    def first_batch_served(self) -> None:
+        """Lets the blocked order plan (and read) windows ahead in the background from now
+        on: held until a first batch (of a run, or a restore and its check) was made when a
+        source is on object storage, so that the requests of the next window do not delay
+        those of the first batch."""
+        if self._ahead_held is not False:
+            self._ahead_held = False
+            for rows in self._rows.values():
+                _planning_ahead(rows, True)
 
     @property
     def mixer(self) -> SlotMixer:
@@ -369,7 +386,7 @@ class PipelineBatches:
         # files this process opened, and detects if they changed since, rather than opening
         # whatever the paths hold now.
         state = self.__dict__.copy()
-        state.update(_rows={}, _mixer=None)
+        state.update(_rows={}, _mixer=None, _ahead_held=False)  # a worker plans ahead at once
         return state
 
     # -- identity ---------------------------------------------------------------------
@@ -620,6 +637,14 @@ class CheckedReader:
                 self.sources[j].check_files(shards)
             self.checked = now
         return self.reader.read(first, stop, pool=pool)
+
+
+def _planning_ahead(rows: EpochRows, on: bool) -> None:
+    """Turns planning windows ahead on or off in a blocked order's row stream (also one
+    that best fit packs); other streams plan nothing ahead."""
+    inner = getattr(rows, "inner", rows)
+    if hasattr(inner, "plan_ahead"):
+        inner.plan_ahead = on
 
 
 def _size(n: int) -> str:

@@ -365,7 +365,9 @@ class ExpandedBatches:
             tokens = self.reader.read(first, self.next_row, pool=self.pool)
             if isinstance(self.reader, StagedReader) and self.plans_read:
                 self._stage_ahead()  # from the second read on: the first batch comes first
-            self.plans_read = True
+            elif not self.plans_read:
+                self.plans_read = True
+                self.batches.first_batch_served()
             if self.compact:
                 return compact_rows(self.plan, tokens, first=first, rows=self.described)
             arrays = expand_rows(self.plan, tokens, first=first, pool=self.pool)

@@ -373,3 +373,22 @@ def test_bench_reads_a_url(corpora, tmp_path, capsys):
     assert f"corpus {url}" in capsys.readouterr().out
     assert main(["bench", "--url", url, "--scale"]) == 1
     assert "--url is a benchmark of its own" in capsys.readouterr().err
+
+
+def test_no_window_is_planned_ahead_before_the_first_batch(corpora):
+    """On object storage the next window's offsets and tokens wait for the first batch (of
+    a run, or of a restore and its check), whose own requests come first; then windows are
+    planned ahead again, and the batches are the local ones throughout."""
+    local, remote = configs(corpora, CONFIGS["docs-blocked-compact"])
+    for step in (0, 7):
+        expected, it = iter(gp.make_dataset(local)), iter(gp.make_dataset(remote))
+        if step:
+            state = expected.state_after(step)
+            expected.set_state(state)
+            it.set_state(state)  # recomputes the batch before it (rows planned, not ahead)
+            assert it._batches.rows(0).plan_ahead is False
+        want, got = next(expected), next(it)
+        assert all(np.array_equal(want[k], got[k]) for k in want)
+        assert it._batches.rows(0).plan_ahead is True
+        assert_same_batches(expected, it, 20)
+    assert iter(gp.make_dataset(local))._batches.rows(0).plan_ahead is True  # local: at once
