@@ -233,6 +233,7 @@ class PipelineIterator(grain.DatasetIterator):
                 and reads_in_workers(
                     self._batches, workers=workers, buffer=self._options.worker_buffer_size
                 ),
+                short_head=any(getattr(s, "remote", False) for s in self._batches.sources),
             )
             ds = grain.MapDataset.source(elements).to_iter_dataset(READ_OPTIONS)
             if workers:

@@ -99,22 +99,28 @@ class PlannedSteps:
     ``c`` is the :class:`PackedRows` of steps ``first + c * steps_per_element`` onwards, in
     its byte form (:meth:`PackedRows.to_element`) when ``as_bytes`` (worker processes), and
     with its rows' tokens, read where the record is made, when ``with_tokens`` (both in a
-    slot of this process's :class:`_Ring`)."""
+    slot of this process's :class:`_Ring`). With ``short_head``, record 0 is step ``first``
+    alone and the others follow it: a source on object storage then plans (and fetches the
+    offsets and tokens of) no later step before the first batch."""
 
     batches: PipelineBatches
     first: int
     process_index: int
     as_bytes: bool
     with_tokens: bool = False
+    short_head: bool = False
 
     def __len__(self) -> int:
         return sys.maxsize
 
     def __getitem__(self, record: int) -> PackedRows | dict[str, Any]:
         steps = self.batches.steps_per_element
-        plan = self.batches.packed_steps(
-            self.first + record * steps, self.process_index, steps=steps
-        )
+        if self.short_head:
+            start = self.first + (record and 1 + (record - 1) * steps)
+            steps = steps if record else 1
+        else:
+            start = self.first + record * steps
+        plan = self.batches.packed_steps(start, self.process_index, steps=steps)
         if not self.as_bytes:
             return plan
         element = plan.to_element()
