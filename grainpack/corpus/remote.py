@@ -384,6 +384,14 @@ class _RangeCache:
                     return start, stop, memoryview(data).cast("B")
             return None
 
+    def snapshot(self, shard: int) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+        """The starts, stops and bytes of the ranges held of ``shard`` (by start)."""
+        with self.lock:
+            starts = list(self.starts.get(shard, ()))
+            held = [self.entries[(shard, s)] for s in starts]
+        stops = np.array([stop for stop, _ in held], dtype=np.int64)
+        return np.array(starts, dtype=np.int64), stops, [data for _, data in held]
+
     def add(self, shard: int, start: int, data: Any) -> None:
         size = len(data)
         if size > self.budget or size == 0:
@@ -706,10 +714,14 @@ class RemoteShardSource(TokenShardSource):
         starts: Sequence[int],
         stops: Sequence[int],
         at: Sequence[int],
+        *,
+        copy: Callable[..., int] | None = None,
     ) -> None:
         """Copies tokens ``[starts[i], stops[i])`` of shard ``shards[i]`` to
-        ``out[at[i]:]`` (``out`` of the file dtype) for every ``i``: from the LRU, or by
-        coalesced ranged GETs, ``in_flight`` at a time; waits for all of them."""
+        ``out[at[i]:]`` (``out`` of the file dtype) for every ``i``: from the LRU (pieces
+        inside one of its ranges in one call of ``copy``, the compiled
+        :func:`~grainpack.pipeline.compiled.copy_pieces`, when given), or by coalesced
+        ranged GETs, ``in_flight`` at a time; waits for all of them."""
         items = self._file_dtype.itemsize
         target = out.view(np.uint8)
         request, gap = self.options.request_bytes, self.options.gap_bytes
@@ -717,11 +729,14 @@ class RemoteShardSource(TokenShardSource):
         if self._cells.in_flight:  # a window read ahead holds them: no second request
             self._cells.wait([(k, a * items, b * items) for k, a, b in zip(shards, starts, stops)])
         missing = []
-        hits = 0
+        copied = None
+        if copy is not None and len(shards) > 8:
+            copied = self._copy_held(target, shards, starts, stops, at, copy)
+        hits = 0 if copied is None else int(copied.sum())
         into = memoryview(target).cast("B")
         held = (-1, 0, 0, memoryview(b""))  # the last range found: pieces share ranges
-        for k, a, b, t in zip(shards, starts, stops, at):
-            if b <= a:
+        for i, (k, a, b, t) in enumerate(zip(shards, starts, stops, at)):
+            if b <= a or (copied is not None and copied[i]):
                 continue
             lo, hi, t = a * items, b * items, t * items
             while lo < hi:  # from the ranges held, which may split it (a window's cells)
@@ -764,6 +779,47 @@ class RemoteShardSource(TokenShardSource):
             for future in futures:
                 future.result()  # the first failure raises (its CorpusError names the URL)
         self._count("fetch_seconds", time.perf_counter() - began)
+
+    def _copy_held(
+        self,
+        target: np.ndarray,
+        shards: Sequence[int],
+        starts: Sequence[int],
+        stops: Sequence[int],
+        at: Sequence[int],
+        copy: Callable[..., int],
+    ) -> np.ndarray | None:
+        """Copies the pieces that lie whole inside one range of the LRU in one compiled
+        call, ``copy`` (:func:`grainpack.pipeline.compiled.copy_pieces`: no Python work per
+        piece, as the staging threads share the interpreter with the training loop); which
+        pieces it copied (``None``: none, the table refused)."""
+        items = self._file_dtype.itemsize
+        k = np.asarray(shards, dtype=np.int64)
+        lo, hi = np.asarray(starts, np.int64) * items, np.asarray(stops, np.int64) * items
+        buffer = np.full(len(k), -1, dtype=np.int64)
+        base = np.zeros(len(k), dtype=np.int64)
+        views: list[np.ndarray] = []  # the ranges' bytes, alive until the copy is done
+        for shard in np.unique(k).tolist():
+            held_starts, held_stops, data = self._ranges.snapshot(shard)
+            if not len(held_starts):
+                continue
+            mine = np.flatnonzero(k == shard)
+            i = np.searchsorted(held_starts, lo[mine], side="right") - 1
+            inside = (i >= 0) & (hi[mine] <= held_stops[np.maximum(i, 0)])
+            mine, i = mine[inside], i[inside]
+            buffer[mine], base[mine] = len(views) + i, held_starts[i]
+            views += [np.frombuffer(d, dtype=np.uint8) for d in data]
+        copied = (buffer >= 0) & (hi > lo)
+        if not copied.any():
+            return copied
+        table = np.stack([buffer, lo - base, hi - base, np.asarray(at, np.int64) * items])[
+            :, copied
+        ]
+        addresses = np.array([v.ctypes.data for v in views], dtype=np.int64)
+        sizes = np.array([v.size for v in views], dtype=np.int64)
+        if copy(target.reshape(-1), addresses, sizes, table) != 0:
+            return None  # a table the ranges disagree with: the piece by piece path
+        return copied
 
     def fetch_range(self, shard: int, lo: int, hi: int) -> None:
         """Fetches bytes ``[lo, hi)`` of shard ``shard``'s tokens into the in-memory LRU (one

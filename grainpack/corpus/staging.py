@@ -25,7 +25,7 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -123,10 +123,13 @@ def _width(packed: PackedRows) -> int:
 class StagedReader:
     """A reader (``read(first, stop, **options)``; other attributes pass through) whose
     reads first wait for the staged pieces of their rows, and which fetches the pieces of
-    the rows after them in the background, up to the sources' ``lookahead_bytes``."""
+    the rows after them in the background, up to the sources' ``lookahead_bytes``. ``copy``:
+    the compiled copy of pieces held in memory (see ``RemoteShardSource.read_pieces``)."""
 
-    def __init__(self, reader: Any, staged: StagedPieces) -> None:
-        self.reader, self.staged = reader, staged
+    def __init__(
+        self, reader: Any, staged: StagedPieces, *, copy: Callable[..., int] | None = None
+    ) -> None:
+        self.reader, self.staged, self.copy = reader, staged, copy
         self.chunk_rows = 0
         self.futures: dict[tuple[int, int], concurrent.futures.Future[None]] = {}
         self.lookahead = max(s.options.lookahead_bytes for s in self._remote())
@@ -189,6 +192,7 @@ class StagedReader:
                 starts[lo:hi].tolist(),
                 stops[lo:hi].tolist(),
                 at[lo:hi].tolist(),
+                copy=self.copy,
             )
 
     def _submit(self, chunk: int) -> None:

@@ -40,6 +40,7 @@ from grainpack.index.packed import PackedRows, Part, pack_rows
 from grainpack.index.schedule import mean_probabilities
 from grainpack.index.slots import first_slot, process_slots, rows_per_process
 from grainpack.index.stream import MIN_EPOCH_COST, EpochRows
+from grainpack.pipeline import fast
 from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.expand import compact_rows, expand_rows
 from grainpack.pipeline.gather import RowReader
@@ -609,7 +610,10 @@ class PipelineBatches:
             names=list(cfg.sources),
         )
         checked = CheckedReader(reader, self.sources)
-        return checked if staged is None else StagedReader(checked, staged)
+        if staged is None:
+            return checked
+        kernels = fast.kernels()
+        return StagedReader(checked, staged, copy=kernels and kernels.copy_pieces)
 
 
 class CheckedReader:

@@ -21,7 +21,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["best_fit", "expand", "gather"]
+__all__ = ["best_fit", "copy_pieces", "expand", "gather"]
 
 
 @intrinsic
@@ -117,6 +117,38 @@ def gather(
         position += hi - lo
     for m in range(mark_first, mark_stop):
         out[marks[m] - offset] = boundary
+    return 0
+
+
+@numba.njit(nogil=True, cache=True)
+def copy_pieces(
+    out: np.ndarray, addresses: np.ndarray, sizes: np.ndarray, table: np.ndarray
+) -> int:
+    """Copies each piece of ``table`` (rows: buffer, start, stop, position; bytes) from its
+    buffer (``sizes[g]`` bytes at address ``addresses[g]``) to ``out[position:]`` (1-D
+    bytes); returns 0, or -1 with nothing written if a piece leaves its buffer or ``out``.
+
+    Example:
+      >>> a = np.arange(10, dtype=np.uint8)
+      >>> out = np.zeros(5, dtype=np.uint8)
+      >>> table = np.array([[0, 0], [2, 8], [5, 10], [0, 3]])  # a[2:5] to 0, a[8:10] to 3
+      >>> copy_pieces(out, np.array([a.ctypes.data]), np.array([10]), table)
+      0
+      >>> out.tolist()
+      [2, 3, 4, 8, 9]
+    """
+    if out.ndim != 1 or (out.size > 1 and out.strides[0] != 1) or table.shape[0] < 4:
+        return -1
+    for p in range(table.shape[1]):
+        g, lo, hi, at = table[0, p], table[1, p], table[2, p], table[3, p]
+        if g < 0 or g >= len(sizes) or lo < 0 or hi < lo or hi > sizes[g]:
+            return -1
+        if at < 0 or at + hi - lo > out.size:
+            return -1
+    base = out.ctypes.data
+    for p in range(table.shape[1]):
+        g, lo, hi, at = table[0, p], table[1, p], table[2, p], table[3, p]
+        _copy(base + at, addresses[g] + lo, hi - lo)
     return 0
 
 

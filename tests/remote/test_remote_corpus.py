@@ -393,3 +393,30 @@ def test_no_window_is_planned_ahead_before_the_first_batch(corpora):
         assert it._batches.rows(0).plan_ahead is True
         assert_same_batches(expected, it, 20)
     assert iter(gp.make_dataset(local))._batches.rows(0).plan_ahead is True  # local: at once
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_pieces_held_in_memory_are_copied_in_one_call(corpora, compiled):
+    """read_pieces with the compiled copy (numba) and without it: the same tokens, no
+    request for pieces the window read ahead holds, pieces across two held ranges too."""
+    from grainpack.pipeline.fast import kernels as compiled_kernels
+
+    kernels = compiled_kernels()
+    if compiled and kernels is None:
+        pytest.skip("numba is not installed")
+    local, url = corpora["en"]
+    source = open_remote(url, options=RemoteOptions(request_bytes=2048, memory_bytes=1 << 20))
+    source.read_ahead([(0, 292)])  # shard 0: cells of 1,024 bytes
+    source._cells.wait([(0, 0, 15_984)])
+    opened = source.stats["requests"]
+    rng = np.random.default_rng(5)
+    starts = rng.integers(0, 7900, 40)
+    stops = starts + rng.integers(0, 90, 40)  # some across cells, some empty
+    at = np.r_[0, np.cumsum(stops - starts)[:-1]]
+    out = np.zeros(int((stops - starts).sum()), dtype=np.uint16)
+    copy = kernels.copy_pieces if compiled else None
+    source.read_pieces(out, [0] * 40, starts.tolist(), stops.tolist(), at.tolist(), copy=copy)
+    tokens = gp.open_corpus(local).read_tokens(0, 8000)
+    np.testing.assert_array_equal(out, np.concatenate([tokens[a:b] for a, b in zip(starts, stops)]))
+    assert source.stats["requests"] == opened
+    assert source.stats["cache_hits"] == 40 - int((stops == starts).sum())
