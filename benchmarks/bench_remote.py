@@ -11,7 +11,7 @@ proxy:
   seconds from ``make_dataset`` to the first batch, and the bytes and requests fetched before
   it; the same for a restore at step ``--restore-step``;
 - **steady state**: the same pipeline (documents, blocked order with ``--order C K``, by
-  default windows of 4 blocks of 4,096 documents, about 32 MB: two fit the default LRU,
+  default windows of 4 blocks of 8,192 documents, about 64 MB: two fit the default LRU,
   so windows are read ahead whole; block 2048, global batch 64) on a corpus of
   ``--steady-documents`` documents of realistic lengths (lognormal, median 600; larger than
   the LRU), local and remote: tokens per second in ``next()`` and its p99 over ``--steps``
@@ -45,9 +45,10 @@ import numpy as np
 BUCKET = "grainpack-bench"
 BLOCK, BATCH = 2048, 64
 MiB = 1 << 20
-# 8 MiB token objects: moto reads a whole object from its spooled file for every ranged GET,
-# so larger ones would measure the test server's copies, not the reader
-SHARD_TOKENS = 1 << 22
+# moto reads a whole object from its spooled file for every ranged GET: the cold-start corpus
+# has 8 MiB token objects (its reads are small), the steady state's 32 MiB ones (reads of
+# request_bytes; the writer's default shard is 512 MiB)
+SHARD_TOKENS, STEADY_SHARD_TOKENS = 1 << 22, 1 << 24
 
 
 # -- corpora ----------------------------------------------------------------------------------
@@ -175,7 +176,7 @@ def endpoint(url: str) -> None:
 # -- measurements -------------------------------------------------------------------------------
 
 
-def config(source: str, window_blocks: int = 256, block_docs: int = 4096) -> Any:
+def config(source: str, block_docs: int = 4096, window_blocks: int = 256) -> Any:
     import grainpack as gp
 
     return gp.PipelineConfig(
@@ -307,10 +308,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", type=int, default=10**7)
     parser.add_argument("--restore-step", type=int, default=10**6)
-    parser.add_argument("--steady-documents", type=int, default=150_000)
+    parser.add_argument("--steady-documents", type=int, default=400_000)
     parser.add_argument(
-        "--order", type=int, nargs=2, default=(4096, 4), metavar=("C", "K"),
-        help="the steady state's blocked order: windows of about 32 MB, two fit the LRU",
+        "--order", type=int, nargs=2, default=(8192, 4), metavar=("C", "K"),
+        help="the steady state's blocked order: windows of about 64 MB, two fit the LRU",
     )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=40)
     parser.add_argument("--steps", type=int, default=300)
@@ -369,7 +370,7 @@ def main() -> None:
             print(json.dumps(results["cold"], indent=1), file=sys.stderr)
         if "steady" not in args.skip:
             lengths = realistic_lengths(args.steady_documents)
-            write_corpus(root / "steady", lengths, shard_tokens=SHARD_TOKENS, seed=2)
+            write_corpus(root / "steady", lengths, shard_tokens=STEADY_SHARD_TOKENS, seed=2)
             endpoint(server)
             url = f"s3://{BUCKET}/steady"
             upload(root / "steady", url)

@@ -95,6 +95,9 @@ class RemoteOptions(IntOptions):
             aligned chunks of ``request_bytes / 2`` (at most 4 MiB) that a fetch covered
             whole are kept there, least recently used evicted, and read before the network
             by later epochs and restarts.
+        whole_offsets_bytes: A shard's offsets object up to this size is downloaded whole
+            (one request, kept in the host cache by sha256) the first time the blocked
+            order needs part of it, rather than read by range window after window.
         attempts: Reads of one range (each with obstore's own retries) before failing.
         client_retries: obstore's retries of one request (5xx, resets, timeouts).
         timeout_s: Seconds one request may take.
@@ -107,6 +110,7 @@ class RemoteOptions(IntOptions):
             "memory_bytes",
             "lookahead_bytes",
             "offsets_bytes",
+            "whole_offsets_bytes",
             "client_retries",
             "disk_bytes",
         ),
@@ -119,6 +123,7 @@ class RemoteOptions(IntOptions):
     memory_bytes: int = 256 * MiB
     lookahead_bytes: int = 64 * MiB
     offsets_bytes: int = 64 * MiB
+    whole_offsets_bytes: int = 1 * MiB
     attempts: int = 4
     client_retries: int = 3
     timeout_s: int = 60
@@ -614,24 +619,40 @@ class RemoteShardSource(TokenShardSource):
 
     def read_ahead(self, runs: Sequence[tuple[int, int]]) -> None:
         """Fetches the offsets of document runs ``[first, stop)`` in parallel (the blocked
-        order announces a window's runs before reading them one by one)."""
+        order announces a window's runs before reading them one by one): by range, or the
+        whole offsets object of a shard once when it is at most ``whole_offsets_bytes``
+        (kept in the host cache by sha256: no request for that shard's offsets again, in
+        this run or the next); then the runs' tokens (:mod:`grainpack.corpus.remote_cells`)."""
         starts = self._document_starts()
         pieces = []
         for first, stop in runs:
             k = min(max(bisect.bisect_right(starts, first) - 1, 0), len(self._shards) - 1)
             while True:
-                a, b = first - starts[k], min(stop, starts[k + 1]) - starts[k]
-                if k not in self._whole:
-                    pieces.append((k, a, b))
+                pieces.append((k, first - starts[k], min(stop, starts[k + 1]) - starts[k]))
                 if stop <= starts[k + 1] or k + 1 == len(self._shards):
                     break
                 k, first = k + 1, starts[k + 1]
-        self._pages.prefetch(pieces)
-        if self._reads_tokens:  # the window's tokens, whole, where that is worth it
+        small = sorted(
+            {
+                k
+                for k, _, _ in pieces
+                if k not in self._whole
+                and self.offsets_objects[k].size <= self.options.whole_offsets_bytes
+            }
+        )
+        if small:
+            _fetch_metadata(self._client, [self.offsets_objects[k] for k in small])
+            self._whole.update(small)
+        self._pages.prefetch([p for p in pieces if p[0] not in self._whole])
+        if self._reads_tokens:  # the window's tokens, whole
             items = self._file_dtype.itemsize
             ranges = []
             for k, a, b in pieces:
-                lo, hi = self._pages.values(k, np.array([a, b])).tolist()
+                ends = np.array([a, b])
+                local = self._local(k) if k in self._whole else None
+                lo, hi = (
+                    local[ends] if local is not None else self._pages.values(k, ends)
+                ).tolist()
                 ranges.append((k, lo * items, hi * items))
             self._cells.read_ahead(ranges)
 
