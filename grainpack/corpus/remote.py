@@ -747,17 +747,23 @@ class RemoteShardSource(TokenShardSource):
         target = out.view(np.uint8)
         request, gap = self.options.request_bytes, self.options.gap_bytes
         self._reads_tokens = True
+        columns = [np.asarray(x, dtype=np.int64) for x in (shards, starts, stops, at)]
         if self._cells.in_flight:  # a window read ahead holds them: no second request
-            self._cells.wait([(k, a * items, b * items) for k, a, b in zip(shards, starts, stops)])
+            k, a, b = (c.tolist() for c in columns[:3])
+            self._cells.wait([(k, a * items, b * items) for k, a, b in zip(k, a, b)])
         missing = []
         copied = None
         if copy is not None and len(shards) > 8:
-            copied = self._copy_held(target, shards, starts, stops, at, copy)
-        hits = 0 if copied is None else int(copied.sum())
+            copied = self._copy_held(target, *columns, copy)
+        hits = 0
+        if copied is not None:  # the others, piece by piece
+            hits = int(copied.sum())
+            columns = [c[~copied] for c in columns]
+        pieces = zip(*(c.tolist() for c in columns))
         into = memoryview(target).cast("B")
         held = (-1, 0, 0, memoryview(b""))  # the last range found: pieces share ranges
-        for i, (k, a, b, t) in enumerate(zip(shards, starts, stops, at)):
-            if b <= a or (copied is not None and copied[i]):
+        for k, a, b, t in pieces:
+            if b <= a:
                 continue
             lo, hi, t = a * items, b * items, t * items
             while lo < hi:  # from the ranges held, which may split it (a window's cells)
@@ -804,10 +810,10 @@ class RemoteShardSource(TokenShardSource):
     def _copy_held(
         self,
         target: np.ndarray,
-        shards: Sequence[int],
-        starts: Sequence[int],
-        stops: Sequence[int],
-        at: Sequence[int],
+        k: np.ndarray,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        at: np.ndarray,
         copy: Callable[..., int],
     ) -> np.ndarray | None:
         """Copies the pieces that lie whole inside one range of the LRU in one compiled
@@ -815,8 +821,7 @@ class RemoteShardSource(TokenShardSource):
         piece, as the staging threads share the interpreter with the training loop); which
         pieces it copied (``None``: none, the table refused)."""
         items = self._file_dtype.itemsize
-        k = np.asarray(shards, dtype=np.int64)
-        lo, hi = np.asarray(starts, np.int64) * items, np.asarray(stops, np.int64) * items
+        lo, hi = starts * items, stops * items
         buffer = np.full(len(k), -1, dtype=np.int64)
         base = np.zeros(len(k), dtype=np.int64)
         views: list[np.ndarray] = []  # the ranges' bytes, alive until the copy is done
@@ -833,9 +838,7 @@ class RemoteShardSource(TokenShardSource):
         copied = (buffer >= 0) & (hi > lo)
         if not copied.any():
             return copied
-        table = np.stack([buffer, lo - base, hi - base, np.asarray(at, np.int64) * items])[
-            :, copied
-        ]
+        table = np.stack([buffer, lo - base, hi - base, at * items])[:, copied]
         addresses = np.array([v.ctypes.data for v in views], dtype=np.int64)
         sizes = np.array([v.size for v in views], dtype=np.int64)
         if copy(target.reshape(-1), addresses, sizes, table) != 0:

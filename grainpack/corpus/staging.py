@@ -188,10 +188,10 @@ class StagedReader:
         if hi > lo:
             staged.sources[j].read_pieces(
                 staged.buffers[j],
-                shards[lo:hi].tolist(),
-                starts[lo:hi].tolist(),
-                stops[lo:hi].tolist(),
-                at[lo:hi].tolist(),
+                shards[lo:hi],
+                starts[lo:hi],
+                stops[lo:hi],
+                at[lo:hi],
                 copy=self.copy,
             )
 
