@@ -749,8 +749,8 @@ class RemoteShardSource(TokenShardSource):
         self._reads_tokens = True
         columns = [np.asarray(x, dtype=np.int64) for x in (shards, starts, stops, at)]
         if self._cells.in_flight:  # a window read ahead holds them: no second request
-            k, a, b = (c.tolist() for c in columns[:3])
-            self._cells.wait([(k, a * items, b * items) for k, a, b in zip(k, a, b)])
+            k, a, b = columns[:3]
+            self._cells.wait(np.stack([k, a * items, b * items], axis=1))
         missing = []
         copied = None
         if copy is not None and len(shards) > 8:

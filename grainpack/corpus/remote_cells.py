@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+import numpy as np
+
 __all__ = ["CellReader"]
 
 logger = logging.getLogger(__name__)
@@ -151,16 +153,18 @@ class CellReader:
                     else:
                         self.in_flight.pop(key, None)
 
-    def wait(self, ranges: Sequence[tuple[int, int, int]]) -> None:
+    def wait(self, ranges: Sequence[tuple[int, int, int]] | np.ndarray) -> None:
         """Waits for the requests in flight that hold any of byte ranges ``(shard, lo,
-        hi)``."""
+        hi)`` (rows of an int array, or tuples)."""
         with self.lock:
-            if not self.in_flight:
-                return
-            futures = {
-                id(f): f
-                for k, c, a, b in self._pieces(ranges)
-                for lo, hi, f in self.in_flight.get((k, c), ())
-                if lo < b and a < hi
+            flying = {
+                id(f): (k, lo, hi, f)
+                for (k, _), entries in self.in_flight.items()
+                for lo, hi, f in entries
             }
-        concurrent.futures.wait(list(futures.values()))
+        if not flying:
+            return
+        shard, lo, hi = np.asarray(ranges, dtype=np.int64).reshape(-1, 3).T
+        concurrent.futures.wait(
+            [f for k, a, b, f in flying.values() if ((shard == k) & (lo < b) & (a < hi)).any()]
+        )

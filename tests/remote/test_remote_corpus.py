@@ -349,10 +349,11 @@ def test_the_next_elements_are_staged_before_they_are_due(corpora, monkeypatch, 
         assert stats["prefetched_bytes"] > 0
 
 
-def test_a_window_read_ahead_serves_its_pieces_without_requests(corpora):
+def test_a_window_read_ahead_serves_its_pieces_without_requests(corpora, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path))  # no offsets object cached yet
     local, url = corpora["en"]
     source = open_remote(url, options=RemoteOptions(request_bytes=2048, memory_bytes=1 << 20))
-    opened, fetched = source.stats["requests"], source.stats.get("metadata_fetches", 0)
+    opened, fetched = source.stats["requests"], source.stats["metadata_fetches"]
     source.read_ahead([(0, 292)])  # shard 0: 15,984 bytes, 16 cells of 1,024 bytes
     source._cells.wait([(0, 0, 15_984)])
     # the shard's offsets object whole (2,344 bytes: one request, kept in the host cache),
