@@ -134,8 +134,11 @@ def upload(folder: Path, url: str) -> None:
 # -- the store: moto and the proxy, in a child process -----------------------------------------
 
 
-def _serve(ready: Any, stop: Any, latency: float, cap: float) -> None:
+def _serve(ready: Any, stop: Any, latency: float, cap: float, cpus: set[int]) -> None:
     import logging
+
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
     import portpicker
     from moto.server import ThreadedMotoServer
@@ -156,11 +159,12 @@ def _serve(ready: Any, stop: Any, latency: float, cap: float) -> None:
 
 
 @contextlib.contextmanager
-def store(latency: float, cap: float) -> Iterator[tuple[str, str]]:
-    """(server URL, proxy URL) of a store running in a child process."""
+def store(latency: float, cap: float, cpus: set[int] = frozenset()) -> Iterator[tuple[str, str]]:
+    """(server URL, proxy URL) of a store running in a child process (on ``cpus``, if
+    given)."""
     context = multiprocessing.get_context("spawn")
     ready, stop = context.Queue(), context.Event()
-    child = context.Process(target=_serve, args=(ready, stop, latency, cap), daemon=True)
+    child = context.Process(target=_serve, args=(ready, stop, latency, cap, set(cpus)), daemon=True)
     child.start()
     try:
         yield ready.get(timeout=120)
@@ -228,48 +232,52 @@ def cold_start(local: str, url: str, restore_step: int, cache: Path) -> dict[str
 def steady(
     source: str, warmup: int, steps: int, order: tuple[int, int], local: str | None = None
 ) -> dict[str, Any]:
-    """Tokens per second and ``next()`` percentiles over ``steps`` after ``warmup``."""
+    """Tokens per second and ``next()`` percentiles over ``steps`` after ``warmup``, in a
+    loop that does nothing else (so the rate is the pipeline's, bounded by the store's);
+    with ``local``, what it fetched meanwhile, and then, in a second pass not timed, whether
+    every batch equals the local one (by digest)."""
     import grainpack as gp
 
     iterator = iter(gp.make_dataset(config(source, *order)))
-    check = None if local is None else iter(gp.make_dataset(config(local, *order)))
     for _ in range(warmup):
         next(iterator)
-        if check is not None:
-            next(check)
     before = dict(remote_stats(iterator)) if local is not None else {}
-    from grainpack.pipeline.dataset import batch_digest
-
-    times, digests = [], []
+    times = []
     for _ in range(steps):
         t = time.perf_counter()
-        batch = next(iterator)
+        next(iterator)
         times.append(time.perf_counter() - t)
-        if check is not None:  # a digest, not the batch: 1,000 batches are 2.6 GB
-            digests.append(batch_digest(batch))
-    seconds = sum(times)  # in next(), as the training loop sees it
+    seconds = sum(times)
     out: dict[str, Any] = {
         "steps": steps,
-        "seconds_in_next": round(seconds, 3),
+        "seconds": round(seconds, 3),
         "tokens_per_s": round(steps * BATCH * BLOCK / seconds),
         "p50_next_ms": round(1e3 * float(np.percentile(times, 50)), 2),
         "p99_next_ms": round(1e3 * float(np.percentile(times, 99)), 2),
         "max_next_ms": round(1e3 * max(times), 2),
     }
-    if check is not None:
-        out["bit_identical"] = digests == [batch_digest(next(check)) for _ in range(steps)]
-        after = remote_stats(iterator)
-        fetched, requests = after.get("bytes", 0), after.get("requests", 0)
-        delivered = (warmup + steps) * BATCH * (BLOCK + 1) * 2  # uint16 rows, whole run
-        out["run_requests"] = int(requests)
-        out["run_bytes_fetched"] = int(fetched)
-        out["run_bytes_delivered"] = delivered
-        out["requests_per_gib_delivered"] = round(requests / (delivered / 2**30), 1)
-        out["mib_per_request"] = round(fetched / MiB / requests, 2) if requests else None
-        out["measured_requests"] = int(requests - before.get("requests", 0))
-        out["measured_bytes"] = int(fetched - before.get("bytes", 0))
-        out["wait_s"] = round(after.get("wait_seconds", 0) - before.get("wait_seconds", 0), 3)
-        out["retries"] = int(after.get("retries", 0))
+    if local is None:
+        return out
+    after = remote_stats(iterator)
+    iterator.close()
+    requests = after.get("requests", 0) - before.get("requests", 0)
+    fetched = after.get("bytes", 0) - before.get("bytes", 0)
+    delivered = steps * BATCH * (BLOCK + 1) * 2  # uint16 rows
+    out["requests"] = int(requests)
+    out["bytes_fetched"] = int(fetched)
+    out["bytes_delivered"] = delivered
+    out["requests_per_gib_delivered"] = round(requests / (delivered / 2**30), 1)
+    out["mib_per_request"] = round(fetched / MiB / requests, 2) if requests else None
+    out["wait_s"] = round(after.get("wait_seconds", 0) - before.get("wait_seconds", 0), 3)
+    out["retries"] = int(after.get("retries", 0))
+    out["run_requests"] = int(after.get("requests", 0))  # the opening's included
+    from grainpack.pipeline.dataset import batch_digest
+
+    mine = iter(gp.make_dataset(config(source, *order)))
+    check = iter(gp.make_dataset(config(local, *order)))
+    out["bit_identical"] = all(
+        batch_digest(next(mine)) == batch_digest(next(check)) for _ in range(warmup + steps)
+    )
     return out
 
 
@@ -319,6 +327,10 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=400e6, help="bytes per second")
     parser.add_argument("--in-flight", type=int, default=16)
     parser.add_argument("--skip", choices=["cold", "steady"], action="append", default=[])
+    parser.add_argument(
+        "--split-cpus", action="store_true",
+        help="the store on the last CPU, this process on the others (as a store elsewhere)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the store's process stops too
@@ -336,7 +348,15 @@ def main() -> None:
         "block": BLOCK,
         "global_batch": BATCH,
     }
-    with tempfile.TemporaryDirectory() as tmp, store(args.latency, args.cap) as (server, proxy):
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpus = set(cpus[-1:]) if args.split_cpus and len(cpus) > 1 else set()
+    if server_cpus:
+        os.sched_setaffinity(0, set(cpus) - server_cpus)
+    results["store_cpus"] = sorted(server_cpus) or "shared"
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        store(args.latency, args.cap, server_cpus) as (server, proxy),
+    ):
         import boto3
 
         import grainpack as gp

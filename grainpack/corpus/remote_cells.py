@@ -2,7 +2,7 @@
 
 The blocked order announces each window's runs of documents before it reads them
 (:meth:`~grainpack.corpus.remote.RemoteShardSource.read_ahead`): the next window's, on a
-background thread, once the rows read pass the middle of the current one. Every document of
+background thread, while the current one is read. Every document of
 a window is read during the window, in an order known only row by row; fetched as exact
 pieces, a window of short documents costs a request per document. :class:`CellReader`
 fetches the window's token ranges instead, whole: each run's bytes (runs closer than ``gap``

@@ -19,10 +19,11 @@ per window (:class:`BlockedOrder`):
 Rows are located by a binary search over the ``M / K + 1`` window prefix sums of the epoch
 (from per-block token totals written with the corpus), then ``O(K*C)`` work in one window.
 Nothing is ``O(N)``: per process an epoch costs ``O(M)`` time and ``O(M / K)`` memory, a
-window ``O(K*C)``. Once the rows asked for pass the middle of a window, the next window
-(after an epoch's last window, the next epoch's plan and first window) is planned on a
-background thread: crossing windows and epochs does not stall ``next()``, and the planning
-does not coincide with the crossing.
+window ``O(K*C)``. Once rows of a window are asked for, the next window (after an epoch's
+last window, the next epoch's plan and first window) is planned on a background thread:
+crossing windows and epochs does not stall ``next()``, and the planning does not coincide
+with the crossing (a corpus on object storage fetches the next window's tokens meanwhile,
+a whole window ahead).
 
 The windows unit (``unit="windows"``) visits the ``tokens // (block + 1)`` windows of the
 stored stream in the order of the same bijection instead of a materialized permutation.
@@ -593,10 +594,9 @@ class BlockedRows(EpochRows):
                 continue  # no tokens (empty documents only, or none kept)
             mine = np.flatnonzero((first <= w) & (last >= w))
             pieces.append(_clipped_spans(self._window(epoch, w), mine, a[mine], b[mine]))
-        if touched.size:  # past the middle of the last window: plan the next one
-            w = int(touched[-1])
-            if 2 * int(b.max()) > int(plan.prefix[w] + plan.prefix[w + 1]):
-                self._plan_ahead(epoch, w)
+        if touched.size:  # the next window, while this one is read (a whole window ahead:
+            # a remote corpus fetches it meanwhile, two fit the memory it is given)
+            self._plan_ahead(epoch, int(touched[-1]))
         return _merge(pieces, b - a)
 
     def _window_unit_spans(self, epoch: int, rows: np.ndarray) -> Spans:
