@@ -37,6 +37,10 @@ __all__ = ["StagedPieces", "StagedReader", "stage_pieces", "stager"]
 
 # Chunks of rows of one source staged at once (each fetches with the source's in-flight budget).
 STAGING_THREADS = 4
+# Bytes of pieces a chunk holds (whole reads): each chunk costs the staging threads some
+# interpreter work, which they share with the training loop; one batch a chunk made that
+# work per step (batches of 64 rows of 2048: 256 KiB).
+CHUNK_BYTES = 4 << 20
 _LOCK = threading.Lock()
 
 
@@ -141,11 +145,14 @@ class StagedReader:
         ends = self.piece_ends
         return int(ends[-1] - ends[self.staged.row_pieces.item(row)])
 
-    def start(self, chunk_rows: int) -> None:
-        """Reads go by ``chunk_rows`` rows (the first read's size, unless set before)."""
+    def start(self, read_rows: int) -> None:
+        """Reads go by ``read_rows`` rows (the first read's size, unless set before); the
+        pieces are fetched by chunks of whole reads of about ``CHUNK_BYTES``."""
         if self.chunk_rows:
             return
-        self.chunk_rows = max(chunk_rows, 1)
+        rows = max(self.staged.packed.num_rows, 1)
+        read_bytes = max(1, int(self.piece_ends[-1]) * max(read_rows, 1) // rows)
+        self.chunk_rows = max(read_rows, 1) * max(1, CHUNK_BYTES // read_bytes)
         rows = self.staged.packed.num_rows
         heads = self.staged.row_pieces[: rows : self.chunk_rows]
         ends = np.r_[heads[1:], self.staged.row_pieces[rows]]
