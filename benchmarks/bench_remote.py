@@ -32,6 +32,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -134,37 +135,49 @@ def upload(folder: Path, url: str) -> None:
 # -- the store: moto and the proxy, in a child process -----------------------------------------
 
 
-def _serve(ready: Any, stop: Any, latency: float, cap: float, cpus: set[int]) -> None:
+def _serve(
+    ready: Any, stop: Any, latency: float, cap: float, cpus: set[int], files: str | None
+) -> None:
     import logging
 
     if cpus:
         os.sched_setaffinity(0, cpus)
 
-    import portpicker
-    from moto.server import ThreadedMotoServer
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "remote"))
     from proxy import FaultProxy
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = portpicker.pick_unused_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    proxy = FaultProxy(f"127.0.0.1:{port}").start()
+    if files is None:  # moto's S3 server
+        import portpicker
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        port = portpicker.pick_unused_port()
+        server: Any = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        upstream = f"127.0.0.1:{port}"
+    else:  # the tests' static file server (ranges read from the files, ETags, If-Match)
+        from http_files import FileServer
+
+        server = FileServer(Path(files)).start()
+        upstream = server.url.removeprefix("http://")
+    proxy = FaultProxy(upstream).start()
     proxy.latency, proxy.bandwidth = latency, cap
-    ready.put((f"http://127.0.0.1:{port}", proxy.url))
+    ready.put((f"http://{upstream}", proxy.url))
     stop.wait()
     proxy.stop()
     server.stop()
 
 
 @contextlib.contextmanager
-def store(latency: float, cap: float, cpus: set[int] = frozenset()) -> Iterator[tuple[str, str]]:
+def store(
+    latency: float, cap: float, cpus: set[int] = frozenset(), files: Path | None = None
+) -> Iterator[tuple[str, str]]:
     """(server URL, proxy URL) of a store running in a child process (on ``cpus``, if
-    given)."""
+    given): moto's S3 server, or with ``files``, a static file server of that folder."""
     context = multiprocessing.get_context("spawn")
     ready, stop = context.Queue(), context.Event()
-    child = context.Process(target=_serve, args=(ready, stop, latency, cap, set(cpus)), daemon=True)
+    args = (ready, stop, latency, cap, set(cpus), None if files is None else str(files))
+    child = context.Process(target=_serve, args=args, daemon=True)
     child.start()
     try:
         yield ready.get(timeout=120)
@@ -331,6 +344,11 @@ def main() -> None:
         "--split-cpus", action="store_true",
         help="the store on the last CPU, this process on the others (as a store elsewhere)",
     )  # fmt: skip
+    parser.add_argument(
+        "--store", choices=["s3", "http"], default="s3",
+        help="moto's S3 server (it reads a whole object for every ranged GET), or a static "
+        "file server (http://, ranges read from the files)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the store's process stops too
@@ -353,36 +371,48 @@ def main() -> None:
     if server_cpus:
         os.sched_setaffinity(0, set(cpus) - server_cpus)
     results["store_cpus"] = sorted(server_cpus) or "shared"
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        store(args.latency, args.cap, server_cpus) as (server, proxy),
-    ):
-        import boto3
-
+    results["store"] = args.store
+    with contextlib.ExitStack() as stack:
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        files = root / "served" if args.store == "http" else None
+        server, proxy = stack.enter_context(store(args.latency, args.cap, server_cpus, files))
         import grainpack as gp
 
-        root = Path(tmp)
-        boto3.client("s3", endpoint_url=server, region_name="us-east-1").create_bucket(
-            Bucket=BUCKET
-        )
+        def publish(name: str) -> str:
+            """The URL of corpus ``root/name``, uploaded to the server (S3) or moved into
+            the folder it serves (http); its local copy stays at ``root/name``."""
+            if files is None:
+                endpoint(server)
+                upload(root / name, f"s3://{BUCKET}/{name}")
+                return f"s3://{BUCKET}/{name}"
+            shutil.copytree(root / name, files / name)
+            return f"{proxy}/{name}"
+
+        if files is None:
+            import boto3
+
+            boto3.client("s3", endpoint_url=server, region_name="us-east-1").create_bucket(
+                Bucket=BUCKET
+            )
+        else:
+            files.mkdir()
         if "cold" not in args.skip:
             began = time.perf_counter()
             lengths = short_lengths(args.documents)
             write_corpus(root / "many", lengths, shard_tokens=SHARD_TOKENS, seed=1)
-            endpoint(server)
-            upload(root / "many", f"s3://{BUCKET}/many")
+            many = publish("many")
             print(f"wrote and uploaded {args.documents:,} documents in "
                   f"{time.perf_counter() - began:.0f} s", file=sys.stderr)  # fmt: skip
             endpoint(proxy)
             next(iter(gp.make_dataset(config(str(root / "many")))))  # imports, first calls
             results["cold"] = cold_start(
-                str(root / "many"), f"s3://{BUCKET}/many", args.restore_step, root / "cache"
+                str(root / "many"), many, args.restore_step, root / "cache"
             )
             results["cold"]["documents"] = args.documents
             manifest = json.loads((root / "many" / "manifest.json").read_text())
             objects = [s["tokens_file"] for s in manifest["shards"]]
             # the request rate the store sustains for requests of a window's run of offsets
-            small = plain_gets(f"s3://{BUCKET}/many", objects, 32 * 1024, args.in_flight, 16 * MiB)
+            small = plain_gets(many, objects, 32 * 1024, args.in_flight, 16 * MiB)
             results["cold"]["plain_32k_gets"] = {
                 **small,
                 "requests_per_s": round(small["requests"] / small["seconds"], 1),
@@ -391,9 +421,7 @@ def main() -> None:
         if "steady" not in args.skip:
             lengths = realistic_lengths(args.steady_documents)
             write_corpus(root / "steady", lengths, shard_tokens=STEADY_SHARD_TOKENS, seed=2)
-            endpoint(server)
-            url = f"s3://{BUCKET}/steady"
-            upload(root / "steady", url)
+            url = publish("steady")
             os.environ["GRAINPACK_CACHE"] = str(root / "cache" / "steady")
             local = steady(str(root / "steady"), args.warmup, args.steps, args.order)
             endpoint(proxy)
