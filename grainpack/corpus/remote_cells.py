@@ -6,8 +6,9 @@ background thread, while the current one is read. Every document of
 a window is read during the window, in an order known only row by row; fetched as exact
 pieces, a window of short documents costs a request per document. :class:`CellReader`
 fetches the window's token ranges instead, whole: each run's bytes (runs closer than ``gap``
-bytes, and the parts of a long run, share requests of up to ``request`` bytes, on the
-request threads), kept in the source's in-memory LRU by aligned cells of ``cell`` bytes cut
+bytes, and the parts of a long run, share requests of ``request`` bytes, up to 1.5 times
+that where a run's tail would otherwise be a short request of its own; on the request
+threads), kept in the source's in-memory LRU by aligned cells of ``cell`` bytes cut
 to the runs, where the pieces of the window's rows are then found. Nothing outside the
 window is fetched but the gaps of coalesced requests. A read whose piece lies in a cell
 still in flight waits for it instead of asking again.
@@ -50,23 +51,23 @@ class CellReader:
 
     Example:
         >>> data = bytes(range(100)) * 10  # one shard of 1000 bytes
-        >>> kept = {}
+        >>> kept, asked = {}, []
         >>> from concurrent.futures import ThreadPoolExecutor
         >>> cells = CellReader([1000], cell=256, request=512, budget=4096,
-        ...                    fetch=lambda k, lo, hi: data[lo:hi],
+        ...                    fetch=lambda k, lo, hi: asked.append((lo, hi)) or data[lo:hi],
         ...                    keep=lambda k, lo, b: kept.__setitem__(lo, len(b)),
         ...                    held=lambda k, lo, hi: lo in kept,
         ...                    submit=ThreadPoolExecutor(2).submit, gap=16)
-        >>> cells.read_ahead([(0, 10, 600)])  # cells 0..2, cut to the range: [10, 512), [512, 600)
+        >>> cells.read_ahead([(0, 10, 600)])  # cells 0..2, cut to the range
         True
         >>> cells.wait([(0, 0, 600)])
-        >>> sorted(kept.items())
-        [(10, 246), (256, 256), (512, 88)]
+        >>> asked, sorted(kept.items())  # its tail of 88 bytes in the same request
+        ([(10, 600)], [(10, 246), (256, 256), (512, 88)])
         >>> cells.read_ahead([(0, 700, 720), (0, 730, 760)])  # one request, two ranges kept
         True
         >>> cells.wait([(0, 700, 760)])
-        >>> sorted(kept.items())[3:]
-        [(700, 20), (730, 30)]
+        >>> asked[1:], sorted(kept.items())[3:]
+        ([(700, 760)], [(700, 20), (730, 30)])
     """
 
     def __init__(
@@ -118,16 +119,15 @@ class CellReader:
             missing = [p for p in pieces if not self._flying(*p) and not self.held(p[0], *p[2:])]
             groups: list[list[tuple[int, int, int, int]]] = []
             for k, c, a, b in missing:
-                last = groups[-1] if groups else None
-                if (
-                    last
-                    and last[-1][0] == k
-                    and a - last[-1][3] <= self.gap
-                    and b - last[0][2] <= self.request
-                ):
+                last = groups[-1] if groups else []
+                joined = bool(last) and last[-1][0] == k and a - last[-1][3] <= self.gap
+                if joined and b - last[0][2] <= self.request:
                     last.append((k, c, a, b))
-                else:
-                    groups.append([(k, c, a, b)])
+                    continue
+                if not joined:  # the stretch before ends here
+                    _join_tail(groups, self.request, self.gap)
+                groups.append([(k, c, a, b)])
+            _join_tail(groups, self.request, self.gap)
             for group in groups:
                 future = self.submit(self._one, group)
                 lo, hi = group[0][2], group[-1][3]
@@ -168,3 +168,19 @@ class CellReader:
         concurrent.futures.wait(
             [f for k, a, b, f in flying.values() if ((shard == k) & (lo < b) & (a < hi)).any()]
         )
+
+
+def _join_tail(groups: list[list[tuple[int, int, int, int]]], request: int, gap: int) -> None:
+    """Fetches the last group with the one before when it is a short tail of the same
+    stretch (shorter than half a request, same shard, within ``gap``): requests of up to
+    1.5 ``request`` bytes, rather than a full one and a short one (a run's end)."""
+    if len(groups) < 2:
+        return
+    first, second = groups[-2], groups[-1]
+    if (
+        first[-1][0] == second[0][0]
+        and second[0][2] - first[-1][3] <= gap
+        and 2 * (second[-1][3] - second[0][2]) < request
+        and second[-1][3] - first[0][2] <= request + request // 2
+    ):
+        first += groups.pop()
