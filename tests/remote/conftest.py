@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 
 import pytest
 
 pytest.importorskip("obstore")
 pytest.importorskip("moto.server")
 
+from proxy import FaultProxy
 from remote_store import BUCKET, documents, upload
 
 from grainpack.ingest.writer import write_corpus
@@ -79,3 +81,16 @@ def corpora(s3, tmp_path_factory) -> dict[str, tuple[str, str]]:
         upload(path, url)
         found[name] = (str(path), url)
     return found
+
+
+@pytest.fixture
+def proxy(s3, monkeypatch, tmp_path) -> Iterator[FaultProxy]:
+    """The fault-injecting proxy in front of the session's server, as the clients' endpoint
+    (and an empty host cache, so the metadata goes through it too)."""
+    running = FaultProxy(s3.removeprefix("http://"), seed=33).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", running.url)
+    monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path / "cache"))
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -1,4 +1,5 @@
-"""Helpers of the remote-corpus tests: the test bucket, uploading a local corpus, documents."""
+"""Helpers of the remote-corpus tests: the test bucket, uploading a local corpus, documents,
+comparing a corpus read from a URL with its local copy."""
 
 from __future__ import annotations
 
@@ -25,3 +26,20 @@ def documents(seed: int, count: int, vocab: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     lengths = np.clip(rng.lognormal(3.0, 1.0, size=count).astype(int), 0, 300)
     return [rng.integers(1, vocab, size=n) for n in lengths]
+
+
+def assert_same_corpus(local, remote) -> None:
+    """``remote`` (read from a URL) is ``local``: the same fingerprint, sizes, offsets,
+    documents and tokens."""
+    assert type(remote).__name__ == "RemoteShardSource"
+    assert remote.fingerprint == local.fingerprint
+    assert (len(remote), remote.num_tokens, remote.dtype) == (
+        len(local),
+        local.num_tokens,
+        local.dtype,
+    )
+    np.testing.assert_array_equal(remote.offsets, local.offsets)
+    for i in range(len(local)):
+        np.testing.assert_array_equal(remote[i], local[i])
+    n = local.num_tokens
+    np.testing.assert_array_equal(remote.read_tokens(0, n), local.read_tokens(0, n))

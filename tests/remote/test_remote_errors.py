@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from http_files import FileServer
-from proxy import FaultProxy
 from remote_store import BUCKET, upload
 
 import grainpack as gp
@@ -31,18 +30,6 @@ AWS_SOURCES = (
     "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), "
     "AWS_WEB_IDENTITY_TOKEN_FILE, or the instance's metadata service"
 )
-
-
-@pytest.fixture
-def proxy(s3, monkeypatch, tmp_path) -> Iterator[FaultProxy]:
-    """The proxy in front of the session's S3 server, as the clients' endpoint."""
-    running = FaultProxy(s3.removeprefix("http://"), seed=33).start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", running.url)
-    monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path / "cache"))
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

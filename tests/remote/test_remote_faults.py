@@ -11,24 +11,10 @@ import time
 
 import numpy as np
 import pytest
-from proxy import FaultProxy
 
 import grainpack as gp
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.remote import RemoteOptions, open_remote
-
-
-@pytest.fixture
-def proxy(s3, monkeypatch, tmp_path):
-    """The proxy in front of the session's server, as the clients' endpoint (and an empty
-    host cache, so the metadata goes through it too)."""
-    running = FaultProxy(s3.removeprefix("http://"), seed=33).start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", running.url)
-    monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path / "cache"))
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def batches(config: gp.PipelineConfig, steps: int) -> list[dict[str, np.ndarray]]:
