@@ -16,12 +16,12 @@ import email.utils
 import http.server
 import os
 import re
-import threading
 import urllib.parse
 from collections import Counter
 from pathlib import Path
 
-IDLE_SECONDS = 10
+from loopback import LoopbackServer
+
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 
 
@@ -44,7 +44,7 @@ def byte_range(header: str, size: int) -> tuple[int, int] | None:
     return (start, stop) if start < size and start < stop else None
 
 
-class FileServer:
+class FileServer(LoopbackServer):
     """Serves ``root`` from ``http://127.0.0.1:<port>`` (``url``).
 
     Attributes (change them at any time): ``deny`` (0, or a status every request is answered
@@ -66,43 +66,12 @@ class FileServer:
         self.root = Path(root).resolve()
         self.deny = 0
         self.counts: Counter[str] = Counter()
-        self._stopping = threading.Event()
-        files = self
+        super().__init__(self._any)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = IDLE_SECONDS  # a silent connection's loop ends
-            disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms wait
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def handle_one_request(self) -> None:
-                if files._stopping.is_set():
-                    self.close_connection = True
-                    return
-                super().handle_one_request()
-
-            def do_GET(self) -> None:
-                files._answer(self, body=True)
-
-            def do_HEAD(self) -> None:
-                files._answer(self, body=False)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def start(self) -> FileServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=IDLE_SECONDS)
+    def _any(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        if handler.command not in ("GET", "HEAD"):
+            return self._status(handler, 405)
+        return self._answer(handler, body=handler.command == "GET")
 
     def _status(self, handler: http.server.BaseHTTPRequestHandler, status: int) -> None:
         self.counts[f"{handler.command} {status}"] += 1

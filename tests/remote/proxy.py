@@ -21,12 +21,13 @@ import threading
 import time
 from collections import Counter
 
-IDLE_SECONDS = 10
+from loopback import LoopbackServer
+
 CHUNK = 256 * 1024  # bytes a response body is sent by, under a bandwidth cap
 HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
 
 
-class FaultProxy:
+class FaultProxy(LoopbackServer):
     """Forwards to ``upstream`` (``host:port``) from ``127.0.0.1:<port>``.
 
     Attributes (change them at any time): ``errors``, ``resets``, ``truncations`` (rates of
@@ -53,44 +54,7 @@ class FaultProxy:
         self.counts: Counter[str] = Counter()
         self._random = random.Random(seed)
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = IDLE_SECONDS  # a silent connection's loop ends
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def handle_one_request(self) -> None:
-                if proxy._stopping.is_set():
-                    self.close_connection = True
-                    return
-                super().handle_one_request()
-
-            def _any(self) -> None:
-                proxy._forward(self)
-
-            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
-
-        class Server(http.server.ThreadingHTTPServer):
-            request_queue_size = 256  # not 5: a burst of ranged GETs opens more connections
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def start(self) -> FaultProxy:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=IDLE_SECONDS)
+        super().__init__(self._forward)
 
     def _pace(self, size: int) -> float:
         """Reserves ``size`` bytes of the cap; the seconds to wait before sending them."""
