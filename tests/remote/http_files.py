@@ -20,7 +20,7 @@ import urllib.parse
 from collections import Counter
 from pathlib import Path
 
-from loopback import LoopbackServer
+from http_loopback import LoopbackServer
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 

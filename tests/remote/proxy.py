@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 
-from loopback import LoopbackServer
+from http_loopback import LoopbackServer
 
 CHUNK = 256 * 1024  # bytes a response body is sent by, under a bandwidth cap
 HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
