@@ -80,8 +80,9 @@ class RemoteOptions(IntOptions):
     ``GRAINPACK_REQUEST_BYTES=16777216``).
 
     Attributes:
-        request_bytes: The most bytes one coalesced ranged GET asks for (the clouds suggest
-            8-16 MiB).
+        request_bytes: The bytes one coalesced ranged GET asks for at most (the clouds
+            suggest 8-16 MiB); a window read ahead lets a run's short tail join the request
+            before it, up to 1.5 times this.
         gap_bytes: Pieces of one read closer than this are fetched by one request (the gap
             is downloaded too).
         in_flight: Requests in flight at once, per source and process.
