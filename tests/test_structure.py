@@ -13,8 +13,8 @@ MODULES = {
     for path in PACKAGE.rglob("*.py")
 }
 OPTIONAL = ("tokenizers", "sentencepiece", "tiktoken", "pyarrow", "zstandard", "ray", "obstore")
-# the remote extra (obstore) is the read side's: only its remote module imports it
-OPTIONAL_HOMES = {"obstore": ("grainpack.corpus.remote",)}
+# the remote extra (obstore) is the read side's: only its remote modules import it
+OPTIONAL_HOMES = {"obstore": ("grainpack.corpus.remote", "grainpack.corpus.remote_client")}
 
 
 def imports_of(path: Path) -> set[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from grainpack.corpus.errors import CorpusError, CorpusExistsError
-from grainpack.corpus.remote import RemoteOptions, _Client
+from grainpack.corpus.remote_client import Client, RemoteOptions
 from grainpack.ingest.transaction import write_synced
 
 __all__ = ["LOCK_NAME", "Bucket", "release_lock", "take_lock", "token_path", "write_token"]
@@ -42,16 +42,15 @@ class Bucket:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._client = _Client(url, RemoteOptions.from_env(), lambda key, value: None)
+        self._client = Client(url, RemoteOptions.from_env(), lambda key, value: None)
 
     def call(self, name: str, doing: str, call: Callable[[Any], Any]) -> Any:
         """``call(store)`` (an obstore store) with the client's retries."""
 
         def attempt() -> Any:
-            self._client._ready()
-            return call(self._client._store)
+            return call(self._client.store)
 
-        return self._client._attempts(f"{self.url}/{name}", doing, attempt)
+        return self._client.attempts(f"{self.url}/{name}", doing, attempt)
 
     def read(self, name: str) -> bytes | None:
         """The object ``name``, or ``None`` if there is none."""
