@@ -85,10 +85,6 @@ class _RangeCache:
         )
         self.starts: dict[int, list[int]] = {}
 
-    def find(self, shard: int, lo: int, hi: int) -> memoryview | None:
-        entry = self.entry(shard, lo, hi)
-        return None if entry is None else entry[2][lo - entry[0] : hi - entry[0]]
-
     def entry(self, shard: int, lo: int, hi: int) -> tuple[int, int, memoryview] | None:
         """``(start, stop, bytes)`` of a range held that contains ``[lo, hi)``, if any."""
         with self.lock:
@@ -209,7 +205,6 @@ class RemoteShardSource(TokenShardSource):
             else None
         )
         self._cells = CellReader(
-            [s.num_tokens * items for s in self._shards],
             cell=cell,
             request=self.options.request_bytes,
             budget=self.options.memory_bytes,
@@ -558,20 +553,6 @@ class RemoteShardSource(TokenShardSource):
         if copy(target.reshape(-1), addresses, sizes, table) != 0:
             return None  # a table the ranges disagree with: the piece by piece path
         return copied
-
-    def fetch_range(self, shard: int, lo: int, hi: int) -> None:
-        """Fetches bytes ``[lo, hi)`` of shard ``shard``'s tokens into the in-memory LRU (one
-        ranged GET), unless it holds them: the staging fetches a plan's coalesced requests
-        with it, so that the pieces of later rows are read from memory."""
-        if self._ranges.find(shard, lo, hi) is not None:
-            return
-        if self._disk is not None:  # whole from the disk cache's chunks, if it holds them
-            at = lo
-            while at < hi and (entry := self._from_disk(shard, at)) is not None:
-                at = entry[1]
-            if at >= hi:
-                return
-        self._ranges.add(shard, lo, self._get(shard, lo, hi))
 
     def _fetch_group(self, target: np.ndarray, group: list[tuple[int, int, int, int]]) -> None:
         k = group[0][0]

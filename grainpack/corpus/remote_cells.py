@@ -37,7 +37,6 @@ class CellReader:
     """Background reads of the byte ranges of a window's runs (see the module docstring).
 
     Args:
-        sizes: Bytes of each shard's tokens.
         cell: Cell size in bytes.
         request: The most bytes one request asks for.
         budget: The LRU's byte budget.
@@ -53,7 +52,7 @@ class CellReader:
         >>> data = bytes(range(100)) * 10  # one shard of 1000 bytes
         >>> kept, asked = {}, []
         >>> from concurrent.futures import ThreadPoolExecutor
-        >>> cells = CellReader([1000], cell=256, request=512, budget=4096,
+        >>> cells = CellReader(cell=256, request=512, budget=4096,
         ...                    fetch=lambda k, lo, hi: asked.append((lo, hi)) or data[lo:hi],
         ...                    keep=lambda k, lo, b: kept.__setitem__(lo, len(b)),
         ...                    held=lambda k, lo, hi: lo in kept,
@@ -72,7 +71,6 @@ class CellReader:
 
     def __init__(
         self,
-        sizes: Sequence[int],
         *,
         cell: int,
         request: int,
@@ -83,13 +81,12 @@ class CellReader:
         submit: Callable[..., concurrent.futures.Future[Any]],
         gap: int = 0,
     ) -> None:
-        self.sizes, self.cell, self.request, self.budget = list(sizes), cell, request, budget
+        self.cell, self.request, self.budget = cell, request, budget
         self.fetch, self.keep, self.held, self.submit = fetch, keep, held, submit
         self.gap = gap
         self.lock = threading.Lock()
         # (shard, cell) -> the requests in flight that hold parts of it: (lo, hi, future)
         self.in_flight: dict[tuple[int, int], list[tuple[int, int, Future]]] = {}
-        self.fetched_bytes = 0
 
     def _pieces(self, ranges: Sequence[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
         """Byte ranges ``(shard, lo, hi)`` cut at cell boundaries, as ``(shard, cell, lo,
@@ -141,7 +138,6 @@ class CellReader:
             data = memoryview(self.fetch(k, lo, hi))
             for _, _, a, b in group:
                 self.keep(k, a, data[a - lo : b - lo])
-            self.fetched_bytes += hi - lo
         except Exception as err:  # the reads that need these bytes fetch them and say why
             logger.debug("reading %s ahead failed: %s", group, err)
         finally:

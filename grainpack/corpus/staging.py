@@ -150,10 +150,9 @@ class StagedReader:
         pieces are fetched by chunks of whole reads of about ``CHUNK_BYTES``."""
         if self.chunk_rows:
             return
-        rows = max(self.staged.packed.num_rows, 1)
-        read_bytes = max(1, int(self.piece_ends[-1]) * max(read_rows, 1) // rows)
-        self.chunk_rows = max(read_rows, 1) * max(1, CHUNK_BYTES // read_bytes)
         rows = self.staged.packed.num_rows
+        read_bytes = max(1, int(self.piece_ends[-1]) * max(read_rows, 1) // max(rows, 1))
+        self.chunk_rows = max(read_rows, 1) * max(1, CHUNK_BYTES // read_bytes)
         heads = self.staged.row_pieces[: rows : self.chunk_rows]
         ends = np.r_[heads[1:], self.staged.row_pieces[rows]]
         sizes = self.piece_ends

@@ -115,12 +115,9 @@ class PlannedSteps:
 
     def __getitem__(self, record: int) -> PackedRows | dict[str, Any]:
         steps = self.batches.steps_per_element
-        if self.short_head:
-            start = self.first + (record and 1 + (record - 1) * steps)
-            steps = steps if record else 1
-        else:
-            start = self.first + record * steps
-        plan = self.batches.packed_steps(start, self.process_index, steps=steps)
+        head = 1 if self.short_head else steps  # the steps of record 0
+        start = self.first + (record and head + (record - 1) * steps)
+        plan = self.batches.packed_steps(start, self.process_index, steps=steps if record else head)
         if not self.as_bytes:
             return plan
         element = plan.to_element()
