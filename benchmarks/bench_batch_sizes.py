@@ -20,9 +20,8 @@ import subprocess
 import sys
 import time
 
-from grainpack.bench.throughput import BLOCK, BOUNDARY_ID, SEED, _warm, bench_corpus
+from grainpack.bench.throughput import BLOCK, _warm, bench_corpus, documents_config
 from grainpack.corpus.cache import cache_root
-from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.dataset import make_dataset
 
 SIZES = (16, 32, 64, 96, 128, 192, 256)
@@ -40,14 +39,7 @@ def _pass(iterator: object, seconds: float) -> tuple[int, float]:
 
 def _child(paths: dict[str, str], layout: str, size: int, seconds: float) -> None:
     """Prints the batches and seconds of one timed pass, after a warm-up pass."""
-    config = PipelineConfig(
-        sources=paths,
-        block=BLOCK,
-        global_batch_size=size,
-        seed=SEED,
-        boundary_id=BOUNDARY_ID,
-        layout=layout,
-    )
+    config = documents_config(paths, global_batch_size=size, layout=layout)
     iterator = iter(make_dataset(config, process_index=0, process_count=1))
     _pass(iterator, seconds / 4)
     calls, elapsed = _pass(iterator, seconds)

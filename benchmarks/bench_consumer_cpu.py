@@ -33,10 +33,9 @@ import time
 
 import numpy as np
 
-from grainpack.bench.throughput import BLOCK, BOUNDARY_ID, SEED, _warm, bench_corpus
+from grainpack.bench.throughput import BLOCK, _warm, bench_corpus, documents_config
 from grainpack.corpus.cache import cache_root
 from grainpack.pipeline import dataset
-from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.dataset import make_dataset
 
 LAYOUTS = ("full", "compact")
@@ -63,14 +62,7 @@ def _child(
     plans_only: bool,
 ) -> None:
     """Prints JSON: CPU milliseconds per batch over ``batches`` timed batches."""
-    config = PipelineConfig(
-        sources=paths,
-        block=BLOCK,
-        global_batch_size=size,
-        seed=SEED,
-        boundary_id=BOUNDARY_ID,
-        layout=layout,
-    )
+    config = documents_config(paths, global_batch_size=size, layout=layout)
     if plans_only:  # workers that plan only, as before they gathered (the consumer reads)
         dataset.reads_in_workers = lambda batches, **options: False
     it = iter(make_dataset(config, process_index=0, process_count=1, worker_count=workers))

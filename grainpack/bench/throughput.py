@@ -232,10 +232,30 @@ def _with_workers(config: PipelineConfig, passes: int, seconds: float) -> tuple[
     return startup, rates
 
 
+def documents_config(
+    paths: dict[str, str], *, global_batch_size: int = BATCH, layout: str = "full"
+) -> PipelineConfig:
+    """The benchmarks' documents pipeline over ``paths`` (:func:`bench_corpus`'s sources):
+    ``BLOCK``, ``SEED``, a boundary token.
+
+    Example:
+        >>> documents_config({"a": "/data/a"}, global_batch_size=64).block
+        2048
+    """
+    return PipelineConfig(
+        sources=paths,
+        block=BLOCK,
+        global_batch_size=global_batch_size,
+        seed=SEED,
+        boundary_id=BOUNDARY_ID,
+        layout=layout,
+    )
+
+
 def _configs(paths: dict[str, str]) -> dict[str, PipelineConfig]:
     common = {"sources": paths, "block": BLOCK, "global_batch_size": BATCH, "seed": SEED}
     configs = {
-        "documents": PipelineConfig(**common, boundary_id=BOUNDARY_ID),
+        "documents": documents_config(paths),
         "windows": PipelineConfig(**common, unit="windows"),
     }
     for unit in UNITS:

@@ -20,7 +20,7 @@ import urllib.parse
 from collections import Counter
 from pathlib import Path
 
-from http_loopback import LoopbackServer
+from http_loopback import LoopbackServer, answer_small
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 
@@ -76,12 +76,7 @@ class FileServer(LoopbackServer):
     def _status(self, handler: http.server.BaseHTTPRequestHandler, status: int) -> None:
         self.counts[f"{handler.command} {status}"] += 1
         payload = f"{status} {http.HTTPStatus(status).phrase}\n".encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "text/plain")
-        handler.send_header("Content-Length", str(len(payload)))
-        handler.end_headers()
-        if handler.command != "HEAD":
-            handler.wfile.write(payload)
+        answer_small(handler, status, "text/plain", payload)
 
     def _answer(self, handler: http.server.BaseHTTPRequestHandler, *, body: bool) -> None:
         if self.deny:

@@ -15,6 +15,18 @@ from typing import Self
 IDLE_SECONDS = 10
 
 
+def answer_small(
+    handler: http.server.BaseHTTPRequestHandler, status: int, content_type: str, payload: bytes
+) -> None:
+    """Answers with ``status`` and a short body (none to a HEAD)."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(payload)))
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(payload)
+
+
 class LoopbackServer:
     """A ``ThreadingHTTPServer`` on ``127.0.0.1:<port>`` (``url``) whose GET, HEAD, PUT,
     POST and DELETE requests are answered by ``answer(handler)``.

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 
-from http_loopback import LoopbackServer
+from http_loopback import LoopbackServer, answer_small
 
 CHUNK = 256 * 1024  # bytes a response body is sent by, under a bandwidth cap
 HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
@@ -101,12 +101,7 @@ class FaultProxy(LoopbackServer):
         if fault in ("error", "denied"):
             status, code = (503, "SlowDown") if fault == "error" else (403, "AccessDenied")
             payload = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
-            handler.send_response(status)
-            handler.send_header("Content-Type", "application/xml")
-            handler.send_header("Content-Length", str(len(payload)))
-            handler.end_headers()
-            if handler.command != "HEAD":
-                handler.wfile.write(payload)
+            answer_small(handler, status, "application/xml", payload)
             return
         if fault == "reset":  # RST, not FIN: SO_LINGER with a zero timeout
             handler.connection.setsockopt(
