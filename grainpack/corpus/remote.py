@@ -42,6 +42,7 @@ import collections
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -55,6 +56,7 @@ import numpy as np
 from grainpack.corpus.cache import cache_root
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.native import MANIFEST_NAME, read_manifest, source_fields
+from grainpack.corpus.pool import ArrayPool
 from grainpack.corpus.remote_cells import CellReader
 from grainpack.corpus.remote_client import (
     Client,
@@ -72,6 +74,8 @@ __all__ = ["RemoteOptions", "RemoteShardSource", "open_remote", "open_with_manif
 logger = logging.getLogger(__name__)
 
 MiB = 1 << 20
+# responses of this size or more are written into recycled blocks (corpus/pool.py)
+POOLED_RESPONSE = 256 * 1024
 
 
 class _RangeCache:
@@ -175,6 +179,13 @@ class RemoteShardSource(TokenShardSource):
         self._stats_lock = threading.Lock()
         self._client = Client(self.url, self.options, self._count)
         self._ranges = _RangeCache(self.options.memory_bytes)
+        # responses land in recycled memory (a block returns once the LRU let go of every
+        # slice of it); at most half the requests in flight's worth kept unused
+        self._buffers = ArrayPool(
+            min_bytes=POOLED_RESPONSE,
+            keep_bytes=self.options.in_flight * self.options.request_bytes // 2,
+            fit=2.0,
+        )
         self._pages = OffsetPages(
             [s.num_documents or 0 for s in self._shards],
             [s.num_tokens for s in self._shards],
@@ -207,7 +218,8 @@ class RemoteShardSource(TokenShardSource):
         self._cells = CellReader(
             cell=cell,
             request=self.options.request_bytes,
-            budget=self.options.memory_bytes,
+            # the rows staged ahead hold cells of the windows behind those read ahead
+            budget=max(self.options.memory_bytes - self.options.lookahead_bytes, 0),
             fetch=self._fetch_bytes,
             keep=self._ranges.add,
             held=lambda k, lo, hi: self._ranges.entry(k, lo, hi) is not None,
@@ -326,12 +338,14 @@ class RemoteShardSource(TokenShardSource):
             )
         return self.document_offsets(np.arange(first, stop + 1, dtype=np.int64))
 
-    def read_ahead(self, runs: Sequence[tuple[int, int]]) -> None:
+    def read_ahead(self, runs: Sequence[tuple[int, int]], *, ahead: int = 1) -> None:
         """Fetches the offsets of document runs ``[first, stop)`` in parallel (the blocked
-        order announces a window's runs before reading them one by one): by range, or the
-        whole offsets object of a shard once when it is at most ``whole_offsets_bytes``
-        (kept in the host cache by sha256: no request for that shard's offsets again, in
-        this run or the next); then the runs' tokens (:mod:`grainpack.corpus.remote_cells`)."""
+        order announces a window's runs before reading them one by one, ``ahead`` windows
+        ahead of the one being read): by range, or the whole offsets object of a shard once
+        when it is at most ``whole_offsets_bytes`` (kept in the host cache by sha256: no
+        request for that shard's offsets again, in this run or the next); then the runs'
+        tokens, if they fit the LRU with the ``ahead`` windows before them
+        (:mod:`grainpack.corpus.remote_cells`)."""
         starts = self._document_starts()
         pieces = []
         for first, stop in runs:
@@ -363,7 +377,7 @@ class RemoteShardSource(TokenShardSource):
                     local[ends] if local is not None else self._pages.values(k, ends)
                 ).tolist()
                 ranges.append((k, lo * items, hi * items))
-            self._cells.read_ahead(ranges)
+            self._cells.read_ahead(ranges, windows=ahead + 1)
 
     def _fetch_bytes(self, k: int, lo: int, hi: int) -> Any:
         """Bytes ``[lo, hi)`` of shard ``k``'s tokens, read ahead: one ranged GET, or with
@@ -388,7 +402,10 @@ class RemoteShardSource(TokenShardSource):
     def _get(self, k: int, lo: int, hi: int) -> Any:
         """Bytes ``[lo, hi)`` of shard ``k``'s tokens (one ranged GET), kept on disk."""
         base = self._shards[k].byte_offset
-        data = self._client.get_range(self.objects[k], base + lo, base + hi, self.etags[k])
+        into = self._buffers.empty((_size_class(hi - lo),), np.uint8)
+        data = self._client.get_range(
+            self.objects[k], base + lo, base + hi, self.etags[k], into=into
+        )
         self._count("token_requests", 1)
         if self._disk is not None:
             self._disk.write(k, lo, data)
@@ -562,6 +579,22 @@ class RemoteShardSource(TokenShardSource):
         for _, s, e, t in group:
             target[t : t + e - s] = whole[s - lo : e - lo]
         self._ranges.add(k, lo, data)
+
+
+def _size_class(size: int) -> int:
+    """The buffer size that serves a response of ``size`` bytes: itself below
+    ``POOLED_RESPONSE`` (malloc recycles small blocks), else the next of ``POOLED_RESPONSE``
+    times a power of the square root of 2 (at most 41 % over; a few sizes, so that a
+    window's responses find the blocks the window before released).
+
+    Example:
+      >>> [_size_class(n) for n in (1000, 300_000, 8 << 20, (8 << 20) + 1)]
+      [1000, 372736, 8388608, 11866112]
+    """
+    if size <= POOLED_RESPONSE:
+        return size
+    k = math.ceil(2 * math.log2(size / POOLED_RESPONSE))
+    return max(-(-round(POOLED_RESPONSE * 2 ** (k / 2)) // 4096) * 4096, size)
 
 
 def _verified(path: Path, item: _Cached) -> bool:

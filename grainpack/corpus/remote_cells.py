@@ -1,8 +1,9 @@
 """Reading a remote corpus's next window ahead, whole: the byte ranges of its runs.
 
 The blocked order announces each window's runs of documents before it reads them
-(:meth:`~grainpack.corpus.remote.RemoteShardSource.read_ahead`): the next window's, on a
-background thread, while the current one is read. Every document of
+(:meth:`~grainpack.corpus.remote.RemoteShardSource.read_ahead`): on a background thread,
+the next window's and the one after it while the current one is read, so that requests
+stay in flight across windows. Every document of
 a window is read during the window, in an order known only row by row; fetched as exact
 pieces, a window of short documents costs a request per document. :class:`CellReader`
 fetches the window's token ranges instead, whole: each run's bytes (runs closer than ``gap``
@@ -13,8 +14,9 @@ to the runs, where the pieces of the window's rows are then found. Nothing outsi
 window is fetched but the gaps of coalesced requests. A read whose piece lies in a cell
 still in flight waits for it instead of asking again.
 
-A window is read ahead only if its runs fit half the LRU's budget (a window that does not
-fit would evict itself).
+A window is read ahead only if it fits the LRU's budget with the windows before it: two
+(the one being read and this one), or three for the window after next; a window that does
+not fit would evict itself or the one being read.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ class CellReader:
     Args:
         cell: Cell size in bytes.
         request: The most bytes one request asks for.
-        budget: The LRU's byte budget.
+        budget: The LRU's byte budget for windows read ahead (the rest holds the cells
+            that the rows staged ahead still read).
         fetch: ``fetch(shard, lo, hi)`` reads bytes ``[lo, hi)`` of a shard's tokens
             (one ranged GET) and returns them.
         keep: ``keep(shard, lo, data)`` puts bytes in the LRU.
@@ -67,6 +70,8 @@ class CellReader:
         >>> cells.wait([(0, 700, 760)])
         >>> asked[1:], sorted(kept.items())[3:]
         ([(700, 760)], [(700, 20), (730, 30)])
+        >>> cells.read_ahead([(0, 0, 1000)], windows=5)  # 1,000 bytes: over 4,096 / 5
+        False
     """
 
     def __init__(
@@ -106,11 +111,12 @@ class CellReader:
     def _flying(self, k: int, c: int, a: int, b: int) -> bool:
         return any(lo < b and a < hi for lo, hi, _ in self.in_flight.get((k, c), ()))
 
-    def read_ahead(self, ranges: Sequence[tuple[int, int, int]]) -> bool:
+    def read_ahead(self, ranges: Sequence[tuple[int, int, int]], *, windows: int = 2) -> bool:
         """Starts fetching byte ranges ``(shard, lo, hi)``, the parts not held or in flight,
-        if they fit half the LRU; whether it did."""
+        if they fit the LRU ``windows`` times (a window's, held with the one being read and
+        any between); whether it did."""
         pieces = self._pieces(ranges)
-        if not pieces or sum(b - a for *_, a, b in pieces) > self.budget // 2:
+        if not pieces or sum(b - a for *_, a, b in pieces) > self.budget // windows:
             return False
         with self.lock:
             missing = [p for p in pieces if not self._flying(*p) and not self.held(p[0], *p[2:])]

@@ -28,6 +28,10 @@ from grainpack.corpus.int_options import IntOptions
 __all__ = ["Client", "RemoteOptions", "ShortRead", "changed", "first_line", "store_error"]
 
 MiB = 1 << 20
+# a response streamed into a buffer of ours arrives in pieces of this size: obstore's
+# buffers for them are small enough for malloc to reuse, where a whole response's buffer
+# was fresh pages each time (the kernel zeroing them was most of a reading process's CPU)
+STREAM_CHUNK = 256 * 1024
 # obstore's error texts carry a multi-line debug dump after their first line.
 _FIRST_LINE = 300
 
@@ -45,11 +49,13 @@ class RemoteOptions(IntOptions):
         gap_bytes: Pieces of one read closer than this are fetched by one request (the gap
             is downloaded too).
         in_flight: Requests in flight at once, per source and process.
-        memory_bytes: Byte budget of the in-memory LRU of fetched ranges.
+        memory_bytes: Byte budget of the in-memory LRU of fetched ranges. Beyond
+            ``lookahead_bytes`` of it, the blocked order's windows are read ahead whole:
+            the next one if it fits the rest twice, the one after if three times.
         lookahead_bytes: Bytes of the next rows of the current plan fetched in the
             background ahead of the rows being read (0: none).
         offsets_bytes: Byte budget of the document offsets read by range (the blocked
-            order's windows, ``8*K*C`` bytes each; keep two windows' worth).
+            order's windows, ``8*K*C`` bytes each; keep three windows' worth).
         disk_bytes: Byte budget of the host's disk cache of token bytes (0: none), shared
             by every corpus and process of the host (:mod:`grainpack.corpus.remote_disk`):
             aligned chunks of ``request_bytes / 2`` (at most 4 MiB) that a fetch covered
@@ -283,12 +289,16 @@ class Client:
         meta = self.download(name, -1, parts.clear, lambda chunk: parts.append(bytes(chunk)))
         return b"".join(parts), meta
 
-    def get_range(self, name: str, start: int, stop: int, etag: str | None) -> Any:
-        """Bytes ``[start, stop)`` of ``name``, the object pinned as ``etag``."""
-        return self.get_range_tagged(name, start, stop, etag)[0]
+    def get_range(
+        self, name: str, start: int, stop: int, etag: str | None, *, into: Any = None
+    ) -> Any:
+        """Bytes ``[start, stop)`` of ``name``, the object pinned as ``etag``: written into
+        ``into`` (a writable uint8 array of at least ``stop - start`` bytes) when given,
+        and returned as its first ``stop - start`` bytes."""
+        return self.get_range_tagged(name, start, stop, etag, into=into)[0]
 
     def get_range_tagged(
-        self, name: str, start: int, stop: int, etag: str | None
+        self, name: str, start: int, stop: int, etag: str | None, *, into: Any = None
     ) -> tuple[Any, str | None]:
         """:meth:`get_range`, and the ETag of the object the bytes came from."""
         import obstore
@@ -305,7 +315,7 @@ class Client:
                 self.in_flight += 1
             try:
                 result = obstore.get(self._store, name, options=options)
-                data = result.bytes()
+                data = result.bytes() if into is None else _stream_into(result, into)
             finally:
                 with self._lock:
                     self.in_flight -= 1
@@ -320,6 +330,21 @@ class Client:
             return data, tag
 
         return self.attempts(url, f"reading bytes [{start}, {stop})", call)
+
+
+def _stream_into(result: Any, into: Any) -> Any:
+    """The body of an obstore ``GetResult`` written into ``into`` by chunks of at most
+    ``STREAM_CHUNK`` bytes; the part written."""
+    import numpy as np
+
+    got = 0
+    for chunk in result.stream(min_chunk_size=STREAM_CHUNK):
+        part = np.frombuffer(chunk, np.uint8)
+        if got + part.size > into.size:
+            raise ShortRead(f"more than the {into.size} bytes asked for")
+        into[got : got + part.size] = part
+        got += part.size
+    return into[:got]
 
 
 class ShortRead(Exception):

@@ -383,10 +383,12 @@ class TokenShardSource:
         check_offsets(self._local(k), record.num_tokens, where)
         raise CorpusError(f"{where}: inconsistent document offsets; rebuild the corpus")
 
-    def read_ahead(self, runs: Sequence[tuple[int, int]]) -> None:
+    def read_ahead(self, runs: Sequence[tuple[int, int]], *, ahead: int = 1) -> None:
         """Asks the kernel to start reading the offsets of document runs ``[first, stop)``
         (``posix_fadvise(WILLNEED)``): the blocked order reads a window's runs from many
-        files, and they then arrive in parallel instead of one seek at a time."""
+        files, and they then arrive in parallel instead of one seek at a time. Advice holds
+        no memory of ours: how many windows ``ahead`` of the one being read they are does
+        not matter here."""
         starts = self._document_starts()
         for first, stop in runs:
             k = min(max(bisect.bisect_right(starts, first) - 1, 0), len(self._shards) - 1)

@@ -202,6 +202,7 @@ class BestFitRows(EpochRows):
     def _ahead(self, epoch: int, window: int) -> None:
         with contextlib.suppress(Exception):  # raised again where the window is used
             self.window(epoch, window)
+            self.inner.announce_after(epoch, window)  # type: ignore[union-attr]
 
     # -- anchors -------------------------------------------------------------------------
 

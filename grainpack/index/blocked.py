@@ -459,16 +459,28 @@ class BlockedRows(EpochRows):
         """Plans the window after ``(epoch, window)`` on the background thread."""
         if not self.plan_ahead:
             return
-        nxt = (epoch, window + 1) if window + 1 < self.num_windows else (epoch + 1, 0)
+        nxt = self.window_after(epoch, window)
         if ("window", *nxt) in self._plans:
             return
         _prefetcher().submit(self._ahead, *nxt)
 
+    def window_after(self, epoch: int, window: int) -> tuple[int, int]:
+        """``(epoch, window)`` of the window read after ``window`` of ``epoch``."""
+        return (epoch, window + 1) if window + 1 < self.num_windows else (epoch + 1, 0)
+
     def _ahead(self, epoch: int, window: int) -> None:
         try:
             self._window(epoch, window)
+            self.announce_after(epoch, window)
         except Exception:  # raised again where the window is used, if it ever is
             logger.debug("planning window %d of epoch %d ahead failed", window, epoch)
+
+    def announce_after(self, epoch: int, window: int) -> None:
+        """Announces the runs of the window after ``window`` of ``epoch``, which is planned
+        ahead (the one being read is two windows before): a remote corpus then has two
+        windows' requests in flight while the consumer reads one, where a window at a time
+        leaves the network idle between windows (planning, a burst's first round trip)."""
+        self._announce(*self._runs(*self.window_after(epoch, window)), ahead=2)
 
     def _plan_epoch(self, epoch: int) -> _Epoch:
         started = time.perf_counter()
@@ -502,22 +514,26 @@ class BlockedRows(EpochRows):
         )
         return _Epoch(prefix, last)
 
+    def _runs(self, epoch: int, window: int) -> tuple[np.ndarray, np.ndarray]:
+        """First and stop documents of the runs of a window (its blocks, ascending)."""
+        c, k, m = self.order.block_docs, self.order.window_blocks, self.num_blocks
+        positions = np.arange(window * k, min((window + 1) * k, m))
+        firsts = np.sort(feistel(positions, m, self._key(epoch, BLOCK_ORDER_STREAM))) * c
+        return firsts, np.minimum(firsts + c, self.num_documents)
+
+    def _announce(self, firsts: np.ndarray, stops: np.ndarray, *, ahead: int) -> None:
+        """Tells a corpus that may fetch runs early (one on object storage) those of the
+        window ``ahead`` windows after the one being read."""
+        read_ahead = getattr(self.corpus, "read_ahead", None)
+        if read_ahead is not None:
+            read_ahead(list(zip(firsts.tolist(), stops.tolist())), ahead=ahead)
+
     def _plan_window(self, epoch: int, window: int) -> _Window:
         plan = self._epoch(epoch)
-        c, k, m, n = (
-            self.order.block_docs,
-            self.order.window_blocks,
-            self.num_blocks,
-            self.num_documents,
-        )
-        positions = np.arange(window * k, min((window + 1) * k, m))
-        blocks = np.sort(feistel(positions, m, self._key(epoch, BLOCK_ORDER_STREAM)))
-        firsts = blocks * c
-        stops = np.minimum(firsts + c, n)
+        n = self.num_documents
+        firsts, stops = self._runs(epoch, window)
         counts = stops - firsts
-        read_ahead = getattr(self.corpus, "read_ahead", None)  # a corpus may fetch runs early
-        if read_ahead is not None:
-            read_ahead(list(zip(firsts.tolist(), stops.tolist())))
+        self._announce(firsts, stops, ahead=1)
         documents = np.repeat(firsts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
         lengths = np.concatenate(
             [

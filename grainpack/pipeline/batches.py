@@ -25,6 +25,7 @@ import numpy as np
 
 from grainpack.corpus.formats import open_corpus
 from grainpack.corpus.native import MAX_TOKEN_ID
+from grainpack.corpus.pool import ArrayPool
 from grainpack.corpus.source import TokenShardSource
 from grainpack.corpus.staging import StagedReader, stage_pieces
 from grainpack.corpus.summary import block_tokens
@@ -45,7 +46,6 @@ from grainpack.pipeline.config import PipelineConfig
 from grainpack.pipeline.expand import compact_rows, expand_rows
 from grainpack.pipeline.gather import RowReader
 from grainpack.pipeline.packing import best_fit_stream
-from grainpack.pipeline.pool import ArrayPool
 
 FORMAT_VERSION = 1
 # One Grain element plans about ELEMENT_TOKENS tokens in whole steps, at most ELEMENT_STEPS:

@@ -37,11 +37,11 @@ import grain
 import numpy as np
 from grain._src.python.ipc.shared_memory_array import SharedMemoryArray
 
+from grainpack.corpus.pool import ArrayPool
 from grainpack.corpus.staging import StagedReader
 from grainpack.index.packed import PackedRows
 from grainpack.pipeline.batches import CheckedReader, PipelineBatches
 from grainpack.pipeline.expand import compact_rows, describe_rows, expand_rows
-from grainpack.pipeline.pool import ArrayPool
 
 # Batches whose int32 arrays are smaller than this are read and expanded in groups of about
 # this size (numpy's per-call cost would dominate); larger ones one per next(), so that every

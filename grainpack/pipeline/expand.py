@@ -36,9 +36,9 @@ import functools
 
 import numpy as np
 
+from grainpack.corpus.pool import ArrayPool
 from grainpack.index.packed import PackedRows, segment_bits
 from grainpack.pipeline import fast
-from grainpack.pipeline.pool import ArrayPool
 
 __all__ = [
     "COMPACT_KEYS",

@@ -20,9 +20,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from grainpack.corpus.errors import CorpusError
+from grainpack.corpus.pool import ArrayPool
 from grainpack.index.packed import PackedRows
 from grainpack.pipeline import fast
-from grainpack.pipeline.pool import ArrayPool
 
 __all__ = ["RowReader", "TokenStream", "token_dtype"]
 

@@ -253,6 +253,45 @@ def test_planning_ahead_gives_the_same_rows():
             assert a.spans(epoch, rows).document.tolist() == b.spans(epoch, rows).document.tolist()
 
 
+class Announced(Layout):
+    """A layout that records the runs announced to it (a corpus on object storage fetches
+    them early)."""
+
+    def __init__(self, lengths):
+        super().__init__(lengths)
+        self.calls = []
+
+    def read_ahead(self, runs, *, ahead):
+        self.calls.append((ahead, runs))
+
+
+def test_the_next_window_and_the_one_after_are_announced_while_one_is_read():
+    """Rows of window 0 are read: window 0's runs are announced as it is planned, window 1's
+    as it is planned ahead, and window 2's (two ahead) after it; crossing into the next epoch,
+    its first window's. A run is a block of C stored documents, ascending."""
+    from grainpack.index.blocked import _prefetcher
+
+    lengths = np.random.default_rng(1).integers(1, 20, 100)  # 13 blocks of 8, 4 windows
+    layout = Announced(lengths)
+    totals = np.add.reduceat(lengths, np.arange(0, 100, 8))
+    rows = BlockedRows(layout, order=BlockedOrder(8, 4), block_tokens=totals, unit="documents",
+                       block=4, seed=3)  # fmt: skip
+    rows.spans(0, np.arange(2))
+    _prefetcher().submit(lambda: None).result()  # the planning ahead is done
+    assert layout.calls == [
+        (1, [(0, 8), (48, 56), (64, 72), (80, 88)]),  # window 0, planned for these rows
+        (1, [(8, 16), (32, 40), (72, 80), (96, 100)]),  # window 1, planned ahead
+        (2, [(24, 32), (40, 48), (56, 64), (88, 96)]),  # window 2, announced two ahead
+    ]
+    rows.spans(0, np.array([rows.rows_in_epoch(0) - 1]))  # window 3 (one block), the last
+    _prefetcher().submit(lambda: None).result()
+    assert layout.calls[3:] == [
+        (1, [(16, 24)]),  # window 3, planned for this row
+        (1, [(0, 8), (32, 40), (40, 48), (72, 80)]),  # epoch 1's window 0, planned ahead
+        (2, [(8, 16), (16, 24), (48, 56), (96, 100)]),  # epoch 1's window 1
+    ]
+
+
 class CountingBuckets:
     """A BlockSelector keeping the even blocks in odd epochs; counts its per-document calls."""
 

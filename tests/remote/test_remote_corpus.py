@@ -341,7 +341,10 @@ def test_the_next_elements_are_staged_before_they_are_due(corpora, monkeypatch, 
 def test_a_window_read_ahead_serves_its_pieces_without_requests(corpora, tmp_path, monkeypatch):
     monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path))  # no offsets object cached yet
     local, url = corpora["en"]
-    source = open_remote(url, options=RemoteOptions(request_bytes=2048, memory_bytes=1 << 20))
+    source = open_remote(
+        url,
+        options=RemoteOptions(request_bytes=2048, memory_bytes=1 << 20, lookahead_bytes=1 << 19),
+    )
     opened, fetched = source.stats["requests"], source.stats["metadata_fetches"]
     source.read_ahead([(0, 292)])  # shard 0: 15,984 bytes, 16 cells of 1,024 bytes
     source._cells.wait([(0, 0, 15_984)])
@@ -398,7 +401,10 @@ def test_pieces_held_in_memory_are_copied_in_one_call(corpora, compiled):
     if compiled and kernels is None:
         pytest.skip("numba is not installed")
     local, url = corpora["en"]
-    source = open_remote(url, options=RemoteOptions(request_bytes=2048, memory_bytes=1 << 20))
+    source = open_remote(
+        url,
+        options=RemoteOptions(request_bytes=2048, memory_bytes=1 << 20, lookahead_bytes=1 << 19),
+    )
     source.read_ahead([(0, 292)])  # shard 0: cells of 1,024 bytes
     source._cells.wait([(0, 0, 15_984)])
     opened = source.stats["requests"]
@@ -413,3 +419,25 @@ def test_pieces_held_in_memory_are_copied_in_one_call(corpora, compiled):
     np.testing.assert_array_equal(out, np.concatenate([tokens[a:b] for a, b in zip(starts, stops)]))
     assert source.stats["requests"] == opened
     assert source.stats["cache_hits"] == 40 - int((stops == starts).sum())
+
+
+def test_responses_are_written_into_recycled_memory(corpora, monkeypatch):
+    """Ranged GETs land in blocks of the source's pool (from 256 KiB; here from 512 bytes); a
+    block the LRU let go of serves a later response (fresh buffers cost the kernel's
+    zeroing of new pages)."""
+    monkeypatch.setattr("grainpack.corpus.remote.POOLED_RESPONSE", 512)
+    local, url = corpora["en"]
+    options = RemoteOptions(request_bytes=2048, memory_bytes=1 << 11, lookahead_bytes=0)
+    source = open_remote(url, options=options)
+    expected = gp.open_corpus(local)
+    blocks = set()
+    for start in range(0, 7000, 350):  # an LRU of 2 KiB: ranges come and go
+        np.testing.assert_array_equal(
+            source.read_tokens(start, start + 300), expected.read_tokens(start, start + 300)
+        )
+        blocks |= {
+            np.frombuffer(d, np.uint8).ctypes.data for _, d in source._ranges.entries.values()
+        }
+    assert source.stats["token_requests"] == 20
+    assert len(blocks) < 20  # memory served again
+    assert source._buffers.kept > 0  # released blocks wait for the next responses

@@ -1,4 +1,5 @@
-"""Batch arrays whose memory is recycled once the consumer has let go of them.
+"""Arrays whose memory is recycled once the consumer has let go of them: batches, and the
+bytes a remote source fetches.
 
 A fresh multi-MB numpy array is fresh pages: glibc serves a large allocation with ``mmap``
 (or trims its heap once the array is freed), so every batch paid a page fault, and the
@@ -7,13 +8,17 @@ time (issue 36: the full layout fell from ~600 M tokens/s at 64 rows to ~150 M a
 :class:`ArrayPool` hands out arrays on memory it keeps: an array's memory goes back to the
 pool only when no view of it is left (numpy's ``base`` chain ends at a small lease object,
 and a weak reference to the lease returns its memory when it dies), so a batch that escapes
-stays valid for as long as anything holds any part of it.
+stays valid for as long as anything holds any part of it. A remote source's responses are
+written into such arrays too (:mod:`grainpack.corpus.remote`): kept in its LRU by slices and
+freed by whichever thread evicts them, fresh buffers there were the client's main cost (the
+kernel zeroing new pages).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import threading
 import weakref
 
 import numpy as np
@@ -50,6 +55,9 @@ class ArrayPool:
     Args:
       min_bytes: smaller arrays are plain ``np.empty``.
       keep: released blocks kept per size.
+      keep_bytes: released blocks kept in all (bytes; ``None``: no bound beyond ``keep``).
+      fit: an array may take a released block of up to ``fit`` times its size (the
+        smallest there is) when none of its own size is free.
 
     Example:
       >>> pool = ArrayPool(min_bytes=0)
@@ -64,10 +72,21 @@ class ArrayPool:
       True
     """
 
-    def __init__(self, *, min_bytes: int = POOL_BYTES, keep: int = KEEP) -> None:
-        self.min_bytes, self.keep = min_bytes, keep
+    def __init__(
+        self,
+        *,
+        min_bytes: int = POOL_BYTES,
+        keep: int = KEEP,
+        keep_bytes: int | None = None,
+        fit: float = 1.0,
+    ) -> None:
+        self.min_bytes, self.keep, self.keep_bytes, self.fit = min_bytes, keep, keep_bytes, fit
         self.free: dict[int, list[np.ndarray]] = {}  # size in bytes -> released blocks
+        self.kept = 0  # bytes of the released blocks
         self.leases: set[weakref.ref] = set()  # the weak references, kept alive here
+        # leases die in any thread (a remote source's LRU evicts on its request threads);
+        # reentrant: a collection inside the lock may release a lease
+        self.lock = threading.RLock()
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
         """A C-contiguous array of ``shape`` and ``dtype``, uninitialised, as ``np.empty``."""
@@ -75,21 +94,30 @@ class ArrayPool:
         size = math.prod(shape) * dtype.itemsize
         if size < self.min_bytes:
             return np.empty(shape, dtype)
-        free = self.free.setdefault(size, [])
-        try:
-            block = free.pop()
-        except IndexError:
+        with self.lock:
+            fits = [n for n, blocks in self.free.items() if blocks and size <= n <= size * self.fit]
+            block = self.free[min(fits)].pop() if fits else None
+            if block is not None:
+                self.kept -= block.size
+        if block is None:
             block = np.empty(size, np.uint8)
+        free = self.free.setdefault(block.size, [])
         lease = _Lease(block, tuple(shape), dtype)
-        self.leases.add(weakref.ref(lease, functools.partial(self._release, free, block)))
+        with self.lock:
+            self.leases.add(weakref.ref(lease, functools.partial(self._release, free, block)))
         return np.asarray(lease)
 
     def _release(self, free: list[np.ndarray], block: np.ndarray, lease: weakref.ref) -> None:
         """A lease died (no view of its array is left): its block is free again."""
-        self.leases.discard(lease)
-        if len(free) < self.keep:
-            free.append(block)
+        with self.lock:
+            self.leases.discard(lease)
+            room = self.keep_bytes is None or self.kept + block.size <= self.keep_bytes
+            if len(free) < self.keep and room:
+                free.append(block)
+                self.kept += block.size
 
     def clear(self) -> None:
         """Frees the released blocks (arrays still held keep theirs)."""
-        self.free.clear()
+        with self.lock:
+            self.free.clear()
+            self.kept = 0

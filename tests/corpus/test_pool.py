@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import grainpack as gp
+from grainpack.corpus.pool import ArrayPool
 from grainpack.pipeline.batches import PipelineBatches
-from grainpack.pipeline.pool import ArrayPool
 
 
 def test_pool_recycles_a_block_only_when_every_view_is_gone():
@@ -50,6 +50,19 @@ def test_pool_keeps_at_most_keep_released_blocks_and_small_arrays_bypass_it():
     assert list(pool.free) == [64]
     pool.clear()
     assert not pool.free
+
+
+def test_pool_keeps_at_most_keep_bytes_of_released_blocks_in_all():
+    pool = ArrayPool(min_bytes=0, keep_bytes=300)
+    held = [pool.empty((n,), np.uint8) for n in (100, 100, 200, 50)]
+    while held:  # released in order: 100, 100 kept; 200 over the bound: freed; 50 kept
+        held.pop(0)
+    assert ({size: len(v) for size, v in pool.free.items()}, pool.kept) == (
+        {100: 2, 200: 0, 50: 1},
+        250,
+    )
+    again = pool.empty((100,), np.uint8)  # a kept block
+    assert (pool.kept, again.size) == (150, 100)
 
 
 @pytest.mark.parametrize("layout", ["full", "compact"])
