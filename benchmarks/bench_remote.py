@@ -11,9 +11,9 @@ proxy:
   seconds from ``make_dataset`` to the first batch, and the bytes and requests fetched before
   it; the same for a restore at step ``--restore-step``;
 - **steady state**: the same pipeline (documents, blocked order with ``--order C K``, by
-  default windows of 4 blocks of 8,192 documents, about 64 MB, with an LRU of
-  ``--memory-bytes``, 384 MiB: three windows beside the rows staged ahead, so windows are
-  read ahead whole, two ahead; block 2048, global batch 64) on a corpus of
+  default windows of 4 blocks of 8,192 documents, about 64 MB: three fit the default LRU
+  beside the rows staged ahead and the requests in flight, so windows are read ahead
+  whole, two ahead; block 2048, global batch 64) on a corpus of
   ``--steady-documents`` documents of realistic lengths (lognormal, median 600; larger
   than the LRU), local, then remote in ``--rounds`` rounds, after every object was read
   once (the test store's first reads are slower): tokens per second in ``next()`` and its
@@ -355,14 +355,9 @@ def main() -> None:
         "--order", type=int, nargs=2, default=(8192, 4), metavar=("C", "K"),
         help="the steady state's blocked order: windows of about 64 MB",
     )  # fmt: skip
-    parser.add_argument(
-        "--memory-bytes", type=int, default=384 * MiB,
-        help="the steady state's LRU (GRAINPACK_MEMORY_BYTES): three windows and the "
-        "lookahead, so that windows are read two ahead",
-    )  # fmt: skip
     # a window of the steady corpus is about 245 steps: warm up until the LRU is full (its
     # blocks then recycled, as in a long run), time sixteen windows
-    parser.add_argument("--warmup", type=int, default=1600)
+    parser.add_argument("--warmup", type=int, default=2400)
     parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--cap", type=float, default=400e6, help="bytes per second")
@@ -455,7 +450,8 @@ def main() -> None:
             write_corpus(root / "steady", lengths, shard_tokens=STEADY_SHARD_TOKENS, seed=2)
             url = publish("steady")
             os.environ["GRAINPACK_CACHE"] = str(root / "cache" / "steady")
-            os.environ["GRAINPACK_MEMORY_BYTES"] = str(args.memory_bytes)
+            from grainpack.corpus.remote import RemoteOptions
+
             local = steady(str(root / "steady"), args.warmup, args.steps, args.order)
             endpoint(proxy)
             manifest = json.loads((root / "steady" / "manifest.json").read_text())
@@ -493,7 +489,7 @@ def main() -> None:
             results["steady"] = {
                 "documents": args.steady_documents,
                 "order": {"block_docs": args.order[0], "window_blocks": args.order[1]},
-                "memory_bytes": args.memory_bytes,
+                "memory_bytes": RemoteOptions.from_env().memory_bytes,
                 "tokens": int(lengths.sum()),
                 "local": local,
                 "store_warmed": warm,

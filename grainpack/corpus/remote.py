@@ -79,10 +79,11 @@ POOLED_RESPONSE = 256 * 1024
 
 
 class _RangeCache:
-    """A bounded LRU of fetched byte ranges per shard (a byte budget)."""
+    """A bounded LRU of fetched byte ranges per shard (a byte budget, which also holds the
+    responses on their way: :meth:`reserve`)."""
 
     def __init__(self, budget: int) -> None:
-        self.budget, self.used = budget, 0
+        self.budget, self.used, self.reserved = budget, 0, 0
         self.lock = threading.Lock()
         self.entries: collections.OrderedDict[tuple[int, int], tuple[int, Any]] = (
             collections.OrderedDict()
@@ -123,11 +124,21 @@ class _RangeCache:
                 bisect.insort(self.starts.setdefault(shard, []), start)
             self.entries[key] = (start + size, data)
             self.used += size
-            while self.used > self.budget:
-                (k, s), (_, old) = self.entries.popitem(last=False)
-                self.used -= len(old)
-                starts = self.starts[k]
-                del starts[bisect.bisect_left(starts, s)]
+            self._evict()
+
+    def reserve(self, size: int) -> None:
+        """Counts ``size`` bytes of a response on its way (negative: no longer), evicting
+        the least recently used ranges to make room: the blocks they free serve it."""
+        with self.lock:
+            self.reserved += size
+            self._evict()
+
+    def _evict(self) -> None:
+        while self.entries and self.used + self.reserved > self.budget:
+            (k, s), (_, old) = self.entries.popitem(last=False)
+            self.used -= len(old)
+            starts = self.starts[k]
+            del starts[bisect.bisect_left(starts, s)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,8 +229,14 @@ class RemoteShardSource(TokenShardSource):
         self._cells = CellReader(
             cell=cell,
             request=self.options.request_bytes,
-            # the rows staged ahead hold cells of the windows behind those read ahead
-            budget=max(self.options.memory_bytes - self.options.lookahead_bytes, 0),
+            # the LRU's budget less what the rows staged ahead still read (cells of the
+            # windows behind) and the responses on their way (counted in the budget)
+            budget=max(
+                self.options.memory_bytes
+                - self.options.lookahead_bytes
+                - self.options.in_flight * self.options.request_bytes,
+                0,
+            ),
             fetch=self._fetch_bytes,
             keep=self._ranges.add,
             held=lambda k, lo, hi: self._ranges.entry(k, lo, hi) is not None,
@@ -402,10 +419,14 @@ class RemoteShardSource(TokenShardSource):
     def _get(self, k: int, lo: int, hi: int) -> Any:
         """Bytes ``[lo, hi)`` of shard ``k``'s tokens (one ranged GET), kept on disk."""
         base = self._shards[k].byte_offset
-        into = self._buffers.empty((_size_class(hi - lo),), np.uint8)
-        data = self._client.get_range(
-            self.objects[k], base + lo, base + hi, self.etags[k], into=into
-        )
+        self._ranges.reserve(hi - lo)  # what the LRU lets go of serves this response
+        try:
+            into = self._buffers.empty((_size_class(hi - lo),), np.uint8)
+            data = self._client.get_range(
+                self.objects[k], base + lo, base + hi, self.etags[k], into=into
+            )
+        finally:
+            self._ranges.reserve(lo - hi)
         self._count("token_requests", 1)
         if self._disk is not None:
             self._disk.write(k, lo, data)

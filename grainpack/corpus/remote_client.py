@@ -49,9 +49,10 @@ class RemoteOptions(IntOptions):
         gap_bytes: Pieces of one read closer than this are fetched by one request (the gap
             is downloaded too).
         in_flight: Requests in flight at once, per source and process.
-        memory_bytes: Byte budget of the in-memory LRU of fetched ranges. Beyond
-            ``lookahead_bytes`` of it, the blocked order's windows are read ahead whole:
-            the next one if it fits the rest twice, the one after if three times.
+        memory_bytes: Byte budget of the in-memory LRU of fetched ranges, the responses
+            on their way included. Beyond ``lookahead_bytes`` and ``in_flight`` requests
+            of ``request_bytes``, the blocked order's windows are read ahead whole: the
+            next one if it fits the rest twice, the one after if three times.
         lookahead_bytes: Bytes of the next rows of the current plan fetched in the
             background ahead of the rows being read (0: none).
         offsets_bytes: Byte budget of the document offsets read by range (the blocked
@@ -86,7 +87,7 @@ class RemoteOptions(IntOptions):
     request_bytes: int = 8 * MiB
     gap_bytes: int = 256 * 1024
     in_flight: int = 16
-    memory_bytes: int = 256 * MiB
+    memory_bytes: int = 512 * MiB
     lookahead_bytes: int = 64 * MiB
     offsets_bytes: int = 64 * MiB
     whole_offsets_bytes: int = 1 * MiB

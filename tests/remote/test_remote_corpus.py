@@ -439,5 +439,6 @@ def test_responses_are_written_into_recycled_memory(corpora, monkeypatch):
             np.frombuffer(d, np.uint8).ctypes.data for _, d in source._ranges.entries.values()
         }
     assert source.stats["token_requests"] == 20
-    assert len(blocks) < 20  # memory served again
-    assert source._buffers.kept > 0  # released blocks wait for the next responses
+    # an LRU of 2 KiB holds two ranges of 600 bytes beside a response on its way, whose
+    # room is made by evicting the oldest: its block then serves it (three in turn)
+    assert len(blocks) == 3, blocks
