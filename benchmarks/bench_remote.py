@@ -13,14 +13,15 @@ proxy:
 - **steady state**: the same pipeline (documents, blocked order with ``--order C K``, by
   default windows of 4 blocks of 8,192 documents, about 64 MB: three fit the default LRU
   beside the rows staged ahead and the requests in flight, so windows are read ahead
-  whole, two ahead; block 2048, global batch 64) on a corpus of
-  ``--steady-documents`` documents of realistic lengths (lognormal, median 600; larger
-  than the LRU), local, then remote in ``--rounds`` rounds, after every object was read
-  once (the test store's first reads are slower): tokens per second in ``next()`` and its
-  p99 over ``--steps`` steps after ``--warmup``, from a step of the round's own (a
-  restore), then what the server delivers to plain concurrent ranged GETs of that span's
-  mean request size (``--in-flight`` at a time, as many bytes as it fetched); requests per
-  GiB delivered. The store's rate drifts by tens of percent within minutes: each round's
+  whole, two ahead; block 2048, global batch 64) on a corpus of ``--steady-documents``
+  documents of realistic lengths (lognormal, median 600; about 2 GB, four times the LRU),
+  local, then remote in ``--rounds`` rounds, after every object was read once (the test
+  store's first reads are slower): tokens per second in ``next()`` and its p99 over
+  ``--steps`` steps after ``--warmup`` (until the LRU is full), from the start of the
+  round's own epoch (a restore; the span inside it, so that no byte is read twice), then
+  what the server delivers to plain concurrent ranged GETs of that span's mean request
+  size (``--in-flight`` at a time, as many bytes as it fetched); requests per GiB
+  delivered. The store's rate drifts by tens of percent within minutes: each round's
   ratio is to the plain GETs measured right after it, and the summary gives the medians
   over rounds.
 
@@ -350,7 +351,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--documents", type=int, default=10**7)
     parser.add_argument("--restore-step", type=int, default=10**6)
-    parser.add_argument("--steady-documents", type=int, default=400_000)
+    parser.add_argument("--steady-documents", type=int, default=1_000_000)
     parser.add_argument(
         "--order", type=int, nargs=2, default=(8192, 4), metavar=("C", "K"),
         help="the steady state's blocked order: windows of about 64 MB",
@@ -459,11 +460,20 @@ def main() -> None:
             # the test store's first read of an object is slower than later ones (about
             # 0.75x): every object once before anything is timed
             warm = plain_gets(url, objects, 8 * MiB, args.in_flight, int(lengths.sum()) * 2)
+            # round r starts at epoch r (a fresh pipeline, restored there): a span inside one
+            # epoch reads every byte once, where one across an epoch's end finds the last
+            # epoch's bytes still in the LRU
+            epoch_steps = int(lengths.sum()) // (BATCH * (BLOCK + 1))
+            if args.warmup + args.steps > epoch_steps:
+                raise SystemExit(
+                    f"--warmup + --steps ({args.warmup + args.steps}) must fit an epoch of the "
+                    f"steady corpus ({epoch_steps} steps): raise --steady-documents"
+                )
             rounds = []
             for r in range(args.rounds):  # a pipeline span, then plain GETs of its bytes
                 remote = steady(
                     url, args.warmup, args.steps, args.order,
-                    local=str(root / "steady"), start=r * (args.warmup + args.steps),
+                    local=str(root / "steady"), start=r * (epoch_steps + 1),
                 )  # fmt: skip
                 # of the pipeline's mean request size, as many bytes as it fetched
                 mean = round(remote["bytes_fetched"] / max(remote["requests"], 1))
@@ -471,7 +481,7 @@ def main() -> None:
                 lowest = min(local["tokens_per_s"], args.cap / 2, gets["tokens_per_s"])
                 rounds.append(
                     {
-                        "start_step": r * (args.warmup + args.steps),
+                        "start_step": r * (epoch_steps + 1),
                         "remote": remote,
                         "plain_gets": gets,
                         "lowest_tokens_per_s": round(lowest),

@@ -475,6 +475,12 @@ class RemoteShardSource(TokenShardSource):
         self.read_pieces(out, [k], [first], [stop], [0])
         return out
 
+    def buffer(self, count: int) -> np.ndarray:
+        """An uninitialised array of ``count`` tokens (the file dtype) on memory this
+        source recycles (the staging of a plan's pieces: fresh pages cost the kernel's
+        zeroing, per element)."""
+        return self._buffers.empty((count,), self._file_dtype)
+
     def read_pieces(
         self,
         out: np.ndarray,

@@ -99,7 +99,7 @@ def stage_pieces(packed: PackedRows, sources: Sequence[Any]) -> StagedPieces | N
         lengths = (stop[index] - start[index]).astype(np.int64)
         at = np.cumsum(lengths) - lengths
         dtype = sources[j]._file_dtype
-        buffers[j] = np.empty(int(lengths.sum()), dtype)
+        buffers[j] = sources[j].buffer(int(lengths.sum()))
         readers[j] = _Buffer(buffers[j], dtype)
         pieces[j] = (index, shard[index].copy(), start[index].copy(), stop[index].copy(), at)
         new_shard[index], new_start[index], new_stop[index] = 0, at, at + lengths
