@@ -126,6 +126,7 @@ def test_a_restore_from_anchors_continues_exactly_on_another_process_count(
         states[0]["anchors"] == states[1]["anchors"] == anchors
     )  # global: the same on every process
     restored = iterators(cfg, 3)
+    settled(prepared)  # the saved iterators' packing ahead is not the restore's
     del prepared[:]
     for p, it in enumerate(restored):
         it.set_state(states[p % 2])
