@@ -8,6 +8,7 @@ replaced object is never read from its old chunks.
 
 from __future__ import annotations
 
+import concurrent.futures
 import pickle
 import zlib
 from pathlib import Path
@@ -20,6 +21,7 @@ import grainpack as gp
 from grainpack.corpus.errors import CorpusError
 from grainpack.corpus.remote import RemoteOptions, open_remote
 from grainpack.corpus.remote_disk import DiskRanges
+from grainpack.index.blocked import _prefetcher
 
 # windows of 4 runs of 64 documents (about 4 KiB a run), read ahead whole, over chunks of
 # request_bytes / 2 = 1 KiB
@@ -42,9 +44,13 @@ def run(local: str, url: str, steps: int = STEPS) -> dict[str, float]:
     a = iter(gp.make_dataset(gp.PipelineConfig(sources={"en": local}, **FIELDS)))
     b = iter(gp.make_dataset(gp.PipelineConfig(sources={"en": url}, **FIELDS)))
     assert_same_batches(a, b, steps)
-    disk = b._batches.sources[0]._disk
-    if disk is not None:
-        disk.flush()
+    source = b._batches.sources[0]
+    _prefetcher().submit(lambda: None).result()  # the windows ahead announced,
+    with source._cells.lock:  # their requests answered, then their chunks written
+        flying = [f for entries in source._cells.in_flight.values() for *_, f in entries]
+    concurrent.futures.wait(flying)
+    if source._disk is not None:
+        source._disk.flush()
     return b.remote_stats()["en"]
 
 
