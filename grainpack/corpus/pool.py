@@ -101,16 +101,16 @@ class ArrayPool:
                 self.kept -= block.size
         if block is None:
             block = np.empty(size, np.uint8)
-        free = self.free.setdefault(block.size, [])
         lease = _Lease(block, tuple(shape), dtype)
         with self.lock:
-            self.leases.add(weakref.ref(lease, functools.partial(self._release, free, block)))
+            self.leases.add(weakref.ref(lease, functools.partial(self._release, block)))
         return np.asarray(lease)
 
-    def _release(self, free: list[np.ndarray], block: np.ndarray, lease: weakref.ref) -> None:
+    def _release(self, block: np.ndarray, lease: weakref.ref) -> None:
         """A lease died (no view of its array is left): its block is free again."""
         with self.lock:
             self.leases.discard(lease)
+            free = self.free.setdefault(block.size, [])
             room = self.keep_bytes is None or self.kept + block.size <= self.keep_bytes
             if len(free) < self.keep and room:
                 free.append(block)

@@ -3,9 +3,9 @@
 The blocked order announces each window's runs of documents before it reads them
 (:meth:`~grainpack.corpus.remote.RemoteShardSource.read_ahead`): on a background thread,
 the next window's and the one after it while the current one is read, so that requests
-stay in flight across windows. Every document of
-a window is read during the window, in an order known only row by row; fetched as exact
-pieces, a window of short documents costs a request per document. :class:`CellReader`
+stay in flight across windows. Every document of a window is read during the window, in
+an order known only row by row; fetched as exact pieces, a window of short documents
+costs a request per document. :class:`CellReader`
 fetches the window's token ranges instead, whole: each run's bytes (runs closer than ``gap``
 bytes, and the parts of a long run, share requests of ``request`` bytes, up to 1.5 times
 that where a run's tail would otherwise be a short request of its own; on the request

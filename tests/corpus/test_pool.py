@@ -63,6 +63,10 @@ def test_pool_keeps_at_most_keep_bytes_of_released_blocks_in_all():
     )
     again = pool.empty((100,), np.uint8)  # a kept block
     assert (pool.kept, again.size) == (150, 100)
+    pool.clear()
+    del again  # released after the clear: kept, and counted, in the pool's own lists
+    assert ({size: len(v) for size, v in pool.free.items()}, pool.kept) == ({100: 1}, 100)
+    assert pool.empty((100,), np.uint8).size == 100 and pool.kept == 0
 
 
 @pytest.mark.parametrize("layout", ["full", "compact"])
