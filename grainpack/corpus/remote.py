@@ -197,6 +197,9 @@ class RemoteShardSource(TokenShardSource):
             keep_bytes=self.options.in_flight * self.options.request_bytes // 2,
             fit=2.0,
         )
+        # the staging of each plan's pieces: buffers of one size (a plan's rows), apart from
+        # the responses' so that neither crowds the other out (a miss is fresh pages)
+        self._staging = ArrayPool(keep_bytes=self.options.lookahead_bytes, fit=1.25)
         self._pages = OffsetPages(
             [s.num_documents or 0 for s in self._shards],
             [s.num_tokens for s in self._shards],
@@ -254,6 +257,7 @@ class RemoteShardSource(TokenShardSource):
             "_stats_lock",
             "_client",
             "_ranges",
+            "_staging",
             "_pages",
             "_whole",
             "_stager",
@@ -479,7 +483,7 @@ class RemoteShardSource(TokenShardSource):
         """An uninitialised array of ``count`` tokens (the file dtype) on memory this
         source recycles (the staging of a plan's pieces: fresh pages cost the kernel's
         zeroing, per element)."""
-        return self._buffers.empty((count,), self._file_dtype)
+        return self._staging.empty((count,), self._file_dtype)
 
     def read_pieces(
         self,

@@ -207,10 +207,23 @@ class StagedReader:
             if (j, chunk) not in self.futures:
                 self.futures[(j, chunk)] = stager(source).submit(self._fill, j, chunk)
 
+    def _chunks(self, first: int, stop: int) -> range:
+        """The chunks of rows ``[first, stop)``."""
+        self.start(stop - first)
+        return range(first // self.chunk_rows, (max(stop, first + 1) - 1) // self.chunk_rows + 1)
+
+    def ready(self, first: int, stop: int) -> bool:
+        """Whether :meth:`read` of rows ``[first, stop)`` would find their pieces here
+        (not wait for them)."""
+        return all(
+            (j, c) in self.futures and self.futures[(j, c)].done()
+            for c in self._chunks(first, stop)
+            for j in self.staged.pieces
+        )
+
     def read(self, first: int, stop: int, **options: Any) -> np.ndarray:
         """The inner reader's ``read``, once the pieces of rows ``[first, stop)`` are here."""
-        self.start(stop - first)
-        needed = range(first // self.chunk_rows, (max(stop, first + 1) - 1) // self.chunk_rows + 1)
+        needed = self._chunks(first, stop)
         began, inline = time.perf_counter(), False
         for c in needed:  # not started: read here (no thread to wait for)
             for j in self.staged.pieces:

@@ -282,6 +282,10 @@ def _unlink_now(buffer: np.ndarray) -> None:
         buffer._unlink_on_del = False
 
 
+# Plans an element on object storage takes early while its rows' pieces are on their way.
+PLANS_WHILE_WAITING = 4
+
+
 @dataclasses.dataclass(frozen=True)
 class _Element:
     """An element as :class:`ExpandedBatches` reads it."""
@@ -353,6 +357,26 @@ class ExpandedBatches:
                 element.reader.start(self.group)
                 element.reader.prefetch(budget)
 
+    def _plan_while_waiting(self, first: int) -> None:
+        """Sources on object storage: while the pieces of the rows due are not here yet
+        (this step waits for the network anyway), takes the next elements' plans early,
+        until ``PLANS_WHILE_WAITING`` wait beyond those being fetched, so that the steps
+        which find their pieces here seldom plan (an element's plan costs milliseconds of
+        this thread's time, and several times that on a core it shares with the reads)."""
+        while not self.reader.ready(first, self.next_row):
+            planned = [e for e in self.upcoming if isinstance(e, _Element)]
+            if len(planned) < len(self.upcoming):
+                return  # a failure to take one, raised when that element is due
+            if sum(not e.reader.submitted for e in planned) >= PLANS_WHILE_WAITING:
+                return
+            try:
+                element = self._take()
+            except Exception as err:  # raised when the element is due
+                self.upcoming.append(err)
+                return
+            self.upcoming.append(element)
+            element.reader.start(self.group)
+
     def __next__(self) -> dict[str, np.ndarray]:
         if not self.pending:
             if self.plan is None or self.next_row == self.plan.num_rows:
@@ -365,6 +389,8 @@ class ExpandedBatches:
                     self.described = describe_rows(element.plan, block=block, shared=element.shared)
             first = self.next_row
             self.next_row = min(first + self.group, self.plan.num_rows)
+            if isinstance(self.reader, StagedReader) and self.plans_read:
+                self._plan_while_waiting(first)
             tokens = self.reader.read(first, self.next_row, pool=self.pool)
             if isinstance(self.reader, StagedReader) and self.plans_read:
                 self._stage_ahead()  # from the second read on: the first batch comes first

@@ -338,6 +338,44 @@ def test_the_next_elements_are_staged_before_they_are_due(corpora, monkeypatch, 
         assert stats["prefetched_bytes"] > 0
 
 
+def test_a_step_that_waits_for_the_network_plans_the_next_elements(corpora, monkeypatch):
+    """A read that would wait takes the next elements' plans meanwhile (up to
+    PLANS_WHILE_WAITING beyond those being fetched), so the steps after it do not plan;
+    every element is still planned once, and the batches are the local ones."""
+    from grainpack.corpus.staging import StagedReader
+    from grainpack.pipeline.batches import PipelineBatches
+    from grainpack.pipeline.elements import PLANS_WHILE_WAITING
+
+    monkeypatch.setattr("grainpack.pipeline.batches.ELEMENT_STEPS", 4)
+    planned, step = [], [0]
+    packed_steps = PipelineBatches.packed_steps
+    monkeypatch.setattr(
+        PipelineBatches,
+        "packed_steps",
+        lambda self, *a, **k: planned.append((self, step[0], a[0])) or packed_steps(self, *a, **k),
+    )
+    ready = StagedReader.ready
+    waits = {9: 1}  # the read of step 9 finds its pieces missing, once
+
+    def slow(self, first, stop):
+        if waits.get(step[0]):
+            waits[step[0]] -= 1
+            return False
+        return ready(self, first, stop)
+
+    monkeypatch.setattr(StagedReader, "ready", slow)
+    local, remote = configs(corpora, CONFIGS["docs-exact"])
+    expected, it = iter(gp.make_dataset(local)), iter(gp.make_dataset(remote))
+    for step[0] in range(41):
+        want, got = next(expected), next(it)
+        assert all(np.array_equal(want[k], got[k]) for k in want)
+    steps = [at for batches, at, _ in planned if batches is it._batches]
+    assert 2 <= steps.count(9) <= 1 + PLANS_WHILE_WAITING  # and the one a batch plans
+    assert steps.count(10) == steps.count(11) == 0  # those found planned
+    firsts = [start for batches, _, start in planned if batches is it._batches]
+    assert len(firsts) == len(set(firsts)) == len(steps)  # each element planned once
+
+
 def test_a_window_read_ahead_serves_its_pieces_without_requests(corpora, tmp_path, monkeypatch):
     monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path))  # no offsets object cached yet
     local, url = corpora["en"]
