@@ -347,15 +347,22 @@ class ExpandedBatches:
             element.reader.prefetch(budget)
             budget -= element.reader.bytes_after(0)
         if budget > 0:  # one more element a batch: each plans on this thread
-            try:
-                element = self._take()
-            except Exception as err:  # raised when the element is due
-                self.upcoming.append(err)
-                return
-            self.upcoming.append(element)
-            if isinstance(element.reader, StagedReader):
-                element.reader.start(self.group)
+            element = self._take_ahead()
+            if element is not None and isinstance(element.reader, StagedReader):
                 element.reader.prefetch(budget)
+
+    def _take_ahead(self) -> _Element | None:
+        """Takes the next element into ``upcoming`` (its reader started), or the error that
+        taking it raised (raised when the element is due: ``None``)."""
+        try:
+            element = self._take()
+        except Exception as err:
+            self.upcoming.append(err)
+            return None
+        self.upcoming.append(element)
+        if isinstance(element.reader, StagedReader):
+            element.reader.start(self.group)
+        return element
 
     def _plan_while_waiting(self, first: int) -> None:
         """Sources on object storage: while the pieces of the rows due are not here yet
@@ -367,15 +374,9 @@ class ExpandedBatches:
             planned = [e for e in self.upcoming if isinstance(e, _Element)]
             if len(planned) < len(self.upcoming):
                 return  # a failure to take one, raised when that element is due
-            if sum(not e.reader.submitted for e in planned) >= PLANS_WHILE_WAITING:
+            waiting = sum(not getattr(e.reader, "submitted", 1) for e in planned)
+            if waiting >= PLANS_WHILE_WAITING or self._take_ahead() is None:
                 return
-            try:
-                element = self._take()
-            except Exception as err:  # raised when the element is due
-                self.upcoming.append(err)
-                return
-            self.upcoming.append(element)
-            element.reader.start(self.group)
 
     def __next__(self) -> dict[str, np.ndarray]:
         if not self.pending:
