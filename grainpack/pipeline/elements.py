@@ -339,14 +339,15 @@ class ExpandedBatches:
         """Sources on object storage: starts fetching the next elements' pieces while this
         one's last rows are read, up to ``lookahead_bytes`` past the row being read. Their
         plans are taken from the elements early, at most one a batch (a failure to take
-        one is raised where the element is due)."""
+        one is raised where the element is due), unless a schedule adapts online: then no
+        step is planned before the training loop's updates that decide it."""
         budget = self.reader.lookahead - self.reader.bytes_after(self.next_row)
         for element in self.upcoming:
             if budget <= 0 or not isinstance(element, _Element):
                 return
             element.reader.prefetch(budget)
             budget -= element.reader.bytes_after(0)
-        if budget > 0:  # one more element a batch: each plans on this thread
+        if budget > 0 and not self.batches.adapts_online:  # one more element a batch
             element = self._take_ahead()
             if element is not None and isinstance(element.reader, StagedReader):
                 element.reader.prefetch(budget)
@@ -370,7 +371,7 @@ class ExpandedBatches:
         until ``PLANS_WHILE_WAITING`` wait beyond those being fetched, so that the steps
         which find their pieces here seldom plan (an element's plan costs milliseconds of
         this thread's time, and several times that on a core it shares with the reads)."""
-        while not self.reader.ready(first, self.next_row):
+        while not self.batches.adapts_online and not self.reader.ready(first, self.next_row):
             planned = [e for e in self.upcoming if isinstance(e, _Element)]
             if len(planned) < len(self.upcoming):
                 return  # a failure to take one, raised when that element is due

@@ -376,6 +376,32 @@ def test_a_step_that_waits_for_the_network_plans_the_next_elements(corpora, monk
     assert len(firsts) == len(set(firsts)) == len(steps)  # each element planned once
 
 
+def test_an_online_mixture_on_urls_plans_no_step_before_its_updates(corpora):
+    """A MixtureBandit fed by the loop as its contract says (stage k reported at its end,
+    deciding stage k + 2): the remote pipeline plans one step per element and takes none
+    ahead of the updates (staging ahead would meet an undecided stage), and its batches
+    are the local pipeline's."""
+
+    def config(kind: int) -> gp.PipelineConfig:
+        names = ("en", "fr")
+        bandit = gp.curriculum.MixtureBandit(list(names), stage_steps=5)
+        sources = {n: corpora[n][kind] for n in names}
+        return gp.PipelineConfig(
+            sources=sources, block=48, global_batch_size=8, weights=bandit, provenance=True
+        )
+
+    local, remote = config(0), config(1)
+    expected, it = iter(gp.make_dataset(local)), iter(gp.make_dataset(remote))
+    for step in range(40):
+        want, got = next(expected), next(it)
+        assert all(np.array_equal(want[k], got[k]) for k in want), step
+        if (step + 1) % 5 == 0:  # the stage is over: the same rewards to both
+            rewards = [float(np.mean(want["source"] == j)) for j in range(2)]
+            for cfg in (local, remote):
+                cfg.weights.update(cfg.weights.stage_of(step), rewards)
+    assert remote.weights.updates == 8
+
+
 def test_a_window_read_ahead_serves_its_pieces_without_requests(corpora, tmp_path, monkeypatch):
     monkeypatch.setenv("GRAINPACK_CACHE", str(tmp_path))  # no offsets object cached yet
     local, url = corpora["en"]
