@@ -376,30 +376,53 @@ def test_a_step_that_waits_for_the_network_plans_the_next_elements(corpora, monk
     assert len(firsts) == len(set(firsts)) == len(steps)  # each element planned once
 
 
-def test_an_online_mixture_on_urls_plans_no_step_before_its_updates(corpora):
-    """A MixtureBandit fed by the loop as its contract says (stage k reported at its end,
-    deciding stage k + 2): the remote pipeline plans one step per element and takes none
-    ahead of the updates (staging ahead would meet an undecided stage), and its batches
-    are the local pipeline's."""
+@pytest.mark.parametrize("schedule", ["mixture", "lengths-blocked"])
+def test_an_online_schedule_on_urls_plans_no_step_before_its_updates(
+    corpora, monkeypatch, schedule
+):
+    """A MixtureBandit (stage k reported at its end, deciding stage k + 2) or a LengthBandit
+    (epoch e reported once rows of e + 1 appear), fed as their contract says: the remote
+    pipeline plans one step per element and takes none ahead of the updates (staging ahead
+    met undecided rounds), and its batches are the local pipeline's. Every read finds its
+    pieces missing first (a slow store), when steps would otherwise be planned early."""
+    from grainpack.corpus.staging import StagedReader
+
+    monkeypatch.setattr(StagedReader, "ready", lambda self, first, stop: False)
 
     def config(kind: int) -> gp.PipelineConfig:
-        names = ("en", "fr")
-        bandit = gp.curriculum.MixtureBandit(list(names), stage_steps=5)
-        sources = {n: corpora[n][kind] for n in names}
+        if schedule == "mixture":
+            bandit = gp.curriculum.MixtureBandit(["en", "fr"], stage_steps=5)
+            sources = {n: corpora[n][kind] for n in ("en", "fr")}
+            return gp.PipelineConfig(
+                sources=sources, block=48, global_batch_size=8, weights=bandit, provenance=True
+            )
+        rates = gp.curriculum.LengthBandit(2)
+        selector = gp.curriculum.LengthBuckets(edges=(20,), rates=rates)
         return gp.PipelineConfig(
-            sources=sources, block=48, global_batch_size=8, weights=bandit, provenance=True
-        )
+            sources={"en": corpora["en"][kind]}, block=31, global_batch_size=64, order=BLOCKED,
+            sequence_selector=selector, provenance=True,
+        )  # fmt: skip
+
+    def report(cfg: gp.PipelineConfig, step: int, batch: dict[str, np.ndarray]) -> None:
+        if schedule == "mixture":
+            if (step + 1) % 5 == 0:  # the stage is over
+                bandit = cfg.weights
+                rewards = [float(np.mean(batch["source"] == j)) for j in range(2)]
+                bandit.update(bandit.stage_of(step), rewards)
+            return
+        bandit = cfg.sequence_selector.rates
+        while int(batch["epoch"].max()) > bandit.updates:
+            bandit.update(bandit.updates, [0.5, -0.1 * bandit.updates])
 
     local, remote = config(0), config(1)
     expected, it = iter(gp.make_dataset(local)), iter(gp.make_dataset(remote))
-    for step in range(40):
+    for step in range(80):
         want, got = next(expected), next(it)
         assert all(np.array_equal(want[k], got[k]) for k in want), step
-        if (step + 1) % 5 == 0:  # the stage is over: the same rewards to both
-            rewards = [float(np.mean(want["source"] == j)) for j in range(2)]
-            for cfg in (local, remote):
-                cfg.weights.update(cfg.weights.stage_of(step), rewards)
-    assert remote.weights.updates == 8
+        report(local, step, want)
+        report(remote, step, want)  # the same rewards to both
+    rounds = (local.weights if schedule == "mixture" else local.sequence_selector.rates).updates
+    assert rounds >= 2
 
 
 def test_a_window_read_ahead_serves_its_pieces_without_requests(corpora, tmp_path, monkeypatch):
