@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -96,6 +97,7 @@ class BestFitRows(EpochRows):
         self._rows_per_epoch: int | None = None
         self._epoch_starts = np.zeros(1, dtype=np.int64)
         self._plans = PlanCache()
+        self._queued: set[tuple[int, int]] = set()  # windows handed to the background thread
         self._anchors = Anchors()  # every window walked to or restored
 
     @property
@@ -132,6 +134,9 @@ class BestFitRows(EpochRows):
             return super().planned_epochs
         return self._anchors.last.epoch
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_queued": set()}  # a copy plans on threads of its own
+
     # -- windows, cached -------------------------------------------------------------------
 
     def _documents(self, epoch: int, window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -149,6 +154,7 @@ class BestFitRows(EpochRows):
 
     def window(self, epoch: int, window: int) -> PackedWindow:
         """The packed rows of window ``window`` of ``epoch`` (cached)."""
+        self._queued.discard((epoch, window))  # the background thread's packing is moot
 
         def pack() -> PackedWindow:
             documents, lengths = self._documents(epoch, window)
@@ -178,7 +184,9 @@ class BestFitRows(EpochRows):
         if after is not None and after.place == self._after(*anchor.place):
             return after.occurrence - anchor.occurrence, after.tokens - anchor.tokens
         epoch, window = anchor.epoch, anchor.window
-        if pack or ("window", epoch, window) in self._plans:
+        # a window handed to the background thread is packed here if that has not started
+        # yet (rather than counted here and packed there)
+        if pack or ("window", epoch, window) in self._plans or anchor.place in self._queued:
             packed = self.window(epoch, window)
             return packed.num_rows, int(packed.tokens_before[-1])
         return count_rows(
@@ -195,13 +203,15 @@ class BestFitRows(EpochRows):
         if not (self.blocked and self.inner.plan_ahead):  # type: ignore[union-attr]
             return
         nxt = self._after(epoch, window)
-        if ("window", *nxt) in self._plans:
+        if ("window", *nxt) in self._plans or nxt in self._queued:
             return
+        self._queued.add(nxt)
         _prefetcher().submit(self._ahead, *nxt)
 
     def _ahead(self, epoch: int, window: int) -> None:
         with contextlib.suppress(Exception):  # raised again where the window is used
-            self.window(epoch, window)
+            if (epoch, window) in self._queued:  # not packed (and maybe evicted) meanwhile
+                self.window(epoch, window)
             self.inner.announce_after(epoch, window)  # type: ignore[union-attr]
 
     # -- anchors -------------------------------------------------------------------------

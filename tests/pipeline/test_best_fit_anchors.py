@@ -9,6 +9,7 @@ import collections
 import json
 import pickle
 import re
+import time
 
 import numpy as np
 import pytest
@@ -70,7 +71,9 @@ def reference(paths):
 
 @pytest.fixture
 def prepared(monkeypatch):
-    """(source, epoch, window) of every window packed or counted, in order."""
+    """(source, epoch, window) of every window packed or counted, in order (from the test's
+    start: the background work of the tests before it is done first)."""
+    settled([])
     calls = []
     original = BestFitRows._documents
 
@@ -175,7 +178,16 @@ def test_a_state_without_anchors_restores_by_counting(paths, reference, prepared
     assert ("en", 0, 0) in windows and ("fr", 0, 0) in windows  # counted from the start
 
 
-def test_running_forward_prepares_each_window_once(paths, prepared):
+@pytest.mark.parametrize("background", ["prompt", "late"])
+def test_running_forward_prepares_each_window_once(paths, prepared, monkeypatch, background):
+    """Also when the background thread packs each window 50 ms late (a busy machine): the
+    loop packs a window handed to it that it needs first, and the thread then skips it
+    (before, the loop counted it and packed it, and the thread packed it again)."""
+    if background == "late":
+        ahead = BestFitRows._ahead
+        monkeypatch.setattr(
+            BestFitRows, "_ahead", lambda self, *a: time.sleep(0.05) or ahead(self, *a)
+        )
     batches = PipelineBatches(config(paths))
     for step in range(200):  # past the end of epoch 0 of both sources (steps 142 and 139)
         batches.packed_steps(step, 0)  # the rows of each batch, one at a time
