@@ -339,22 +339,26 @@ class ExpandedBatches:
         """Sources on object storage: starts fetching the next elements' pieces while this
         one's last rows are read, up to ``lookahead_bytes`` past the row being read. Their
         plans are taken from the elements early, at most one a batch (a failure to take
-        one is raised where the element is due), unless a schedule adapts online: then no
-        step is planned before the training loop's updates that decide it."""
+        one is raised where the element is due; none with a schedule that adapts
+        online)."""
         budget = self.reader.lookahead - self.reader.bytes_after(self.next_row)
         for element in self.upcoming:
             if budget <= 0 or not isinstance(element, _Element):
                 return
             element.reader.prefetch(budget)
             budget -= element.reader.bytes_after(0)
-        if budget > 0 and not self.batches.adapts_online:  # one more element a batch
+        if budget > 0:  # one more element a batch
             element = self._take_ahead()
             if element is not None and isinstance(element.reader, StagedReader):
                 element.reader.prefetch(budget)
 
     def _take_ahead(self) -> _Element | None:
         """Takes the next element into ``upcoming`` (its reader started), or the error that
-        taking it raised (raised when the element is due: ``None``)."""
+        taking it raised (raised when the element is due: ``None``). Takes nothing
+        (``None``) when a schedule adapts online: no step is planned before the training
+        loop's updates that decide it."""
+        if self.batches.adapts_online:
+            return None
         try:
             element = self._take()
         except Exception as err:
@@ -371,7 +375,7 @@ class ExpandedBatches:
         until ``PLANS_WHILE_WAITING`` wait beyond those being fetched, so that the steps
         which find their pieces here seldom plan (an element's plan costs milliseconds of
         this thread's time, and several times that on a core it shares with the reads)."""
-        while not self.batches.adapts_online and not self.reader.ready(first, self.next_row):
+        while not self.reader.ready(first, self.next_row):
             planned = [e for e in self.upcoming if isinstance(e, _Element)]
             if len(planned) < len(self.upcoming):
                 return  # a failure to take one, raised when that element is due
